@@ -1,0 +1,3 @@
+//! redfence (work in progress)
+#[cfg(feature = "testing")]
+pub mod testing;
