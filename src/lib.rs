@@ -1,3 +1,101 @@
-//! redfence (work in progress)
+//! # redfence
+//!
+//! A distributed lock for programs without async: the Redlock algorithm over
+//! N independent Redis masters, with fencing tokens that increase strictly
+//! with each grant of a resource.
+//!
+//! ```no_run
+//! use redfence::{Error, LockOptions, Redlock};
+//! use std::time::Duration;
+//!
+//! let locks = Redlock::builder([
+//!     "redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003",
+//!     "redis://127.0.0.1:7004", "redis://127.0.0.1:7005",
+//! ])
+//! .build()?;
+//!
+//! // Blocks, retrying until the wait budget (10 s by default) is spent.
+//! let guard = locks.lock("invoice:42")?;
+//! let token: u64 = guard.token().get(); // send it with every write
+//! assert!(guard.is_held());
+//! guard.release()?; // or just drop it
+//!
+//! // Exactly one attempt.
+//! match locks.try_lock("invoice:42") {
+//!     Ok(_guard) => { /* work */ }
+//!     Err(Error::Contended { .. }) => { /* someone else holds it */ }
+//!     Err(e) => return Err(e),
+//! }
+//!
+//! let opts = LockOptions::new().ttl(Duration::from_secs(5)).wait(Duration::from_millis(300));
+//! let _guard = locks.lock_with("invoice:42", opts)?;
+//! # let _ = token;
+//! # Ok::<(), Error>(())
+//! ```
+//!
+//! ## How it works
+//!
+//! Each lock call sends `SET NX PX` (in a Lua script that also bumps the
+//! resource's fencing counter) to every instance at once, through one
+//! long-lived worker thread per instance, and returns as soon as the outcome
+//! is decided: a quorum of N/2 + 1 granted, or too many refused or failed.
+//! The lock is valid for `ttl − elapsed − drift`, drift being
+//! `ttl × 0.01 + 2 ms`. A failed attempt releases on every instance and
+//! retries after a random pause until the wait budget ends.
+//!
+//! The fencing token is the highest counter among the granting instances.
+//! If their counters disagree, a second round raises the counter to at least
+//! the token on a quorum before the grant stands, so the next grant, whose
+//! quorum overlaps this one, counts above it. A counter that is missing
+//! (new resource, instance restarted without its data, idle expiry) starts
+//! from the instance clock in microseconds.
+//!
+//! While a guard lives, the client's watchdog thread extends its lease once
+//! a third of the TTL has passed. If extensions fail a few times in a row, or
+//! a quorum no longer holds the lease, the guard is marked lost.
+//!
+//! ## Key layout
+//!
+//! With the default prefix `redfence:`, resource `R` uses, on each instance,
+//! `redfence:lock:{R}` (the lock: a random value with the lease's TTL),
+//! `redfence:fence:{R}` (the fencing counter; expires after 24 h unused) and
+//! the pub/sub channel `redfence:released:{R}`.
+//!
+//! ## What the user must still do
+//!
+//! A lease can end while its holder still works (a pause longer than the
+//! validity, a majority of instances lost). Check
+//! [`LockGuard::ensure_held`] before each protected write and send
+//! [`LockGuard::token`] with it, to a store that refuses lower tokens (see
+//! [`fenced_set`]).
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod acquire;
+mod builder;
+mod client;
+mod connection;
+mod error;
+mod fenced;
+mod guard;
+mod instance;
+mod keys;
+mod lease;
+mod options;
+mod quorum;
+mod retry;
+mod scripts;
+mod token;
+mod watchdog;
+
 #[cfg(feature = "testing")]
 pub mod testing;
+
+pub use builder::{RedlockBuilder, MAX_TTL};
+pub use client::Redlock;
+pub use error::{Error, InstanceError, InstanceErrorKind, LossReason};
+pub use fenced::fenced_set;
+pub use guard::LockGuard;
+pub use keys::MAX_RESOURCE_LEN;
+pub use options::LockOptions;
+pub use token::FencingToken;

@@ -1,0 +1,328 @@
+//! Client configuration and its validation.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{ConnectionInfo, IntoConnectionInfo, RedisResult};
+
+use crate::client::{Redlock, Shared};
+use crate::connection::Manager;
+use crate::instance::{Instance, InstanceConfig};
+use crate::keys::validate_prefix;
+use crate::quorum::Instances;
+use crate::{Error, LockOptions};
+
+/// Longest TTL accepted, so deadlines never overflow and a forgotten lease
+/// does not outlive a month.
+pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Requests queued for one instance before new ones are refused.
+const QUEUE_CAPACITY: usize = 64 * 1024;
+
+/// The settings a client runs with, after validation.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub prefix: String,
+    pub instance_timeout: Duration,
+    pub drift_factor: f64,
+    pub drift_floor: Duration,
+    pub retry_delay: Duration,
+    pub fence_idle: Duration,
+    pub defaults: LockOptions,
+    pub extend_retries: u32,
+    pub max_extensions: Option<u32>,
+    pub max_lease_lifetime: Option<Duration>,
+}
+
+impl Config {
+    /// The clock drift allowance for a TTL: ttl × factor + floor.
+    pub fn drift(&self, ttl: Duration) -> Duration {
+        ttl.mul_f64(self.drift_factor) + self.drift_floor
+    }
+
+    /// Checks one call's options against this client's timeouts.
+    pub fn validate(&self, opts: &LockOptions) -> Result<(), Error> {
+        let ttl = opts.get_ttl();
+        if ttl < Duration::from_millis(1) {
+            return Err(Error::invalid_options(format!(
+                "ttl {ttl:?} is below 1 ms, the smallest lease Redis can keep"
+            )));
+        }
+        if ttl > MAX_TTL {
+            return Err(Error::invalid_options(format!(
+                "ttl {ttl:?} is longer than the 30 day limit"
+            )));
+        }
+        let floor = self.drift(ttl) + self.instance_timeout * 2;
+        if ttl <= floor {
+            return Err(Error::invalid_options(format!(
+                "ttl {ttl:?} leaves no validity: it must exceed clock drift ({:?}) plus twice the \
+                 per-instance timeout ({:?}), {floor:?} in all",
+                self.drift(ttl),
+                self.instance_timeout
+            )));
+        }
+        if std::time::Instant::now()
+            .checked_add(opts.get_wait())
+            .is_none()
+        {
+            return Err(Error::invalid_options(format!(
+                "wait {:?} is too large to compute a deadline",
+                opts.get_wait()
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            prefix: "redfence:".to_string(),
+            instance_timeout: Duration::from_millis(50),
+            drift_factor: 0.01,
+            drift_floor: Duration::from_millis(2),
+            retry_delay: Duration::from_millis(100),
+            fence_idle: Duration::from_secs(24 * 3600),
+            defaults: LockOptions::new(),
+            extend_retries: 3,
+            max_extensions: None,
+            max_lease_lifetime: None,
+        }
+    }
+}
+
+/// Builds a [`Redlock`] client. Created by [`Redlock::builder`].
+///
+/// ```no_run
+/// use redfence::Redlock;
+/// use std::time::Duration;
+///
+/// let locks = Redlock::builder(["redis://10.0.0.1", "redis://10.0.0.2", "redis://10.0.0.3"])
+///     .key_prefix("billing:")
+///     .instance_timeout(Duration::from_millis(30))
+///     .build()?;
+/// # Ok::<(), redfence::Error>(())
+/// ```
+#[must_use = "a builder does nothing until build() is called"]
+pub struct RedlockBuilder {
+    instances: Vec<RedisResult<ConnectionInfo>>,
+    allow_even: bool,
+    config: Config,
+}
+
+impl RedlockBuilder {
+    pub(crate) fn new<I>(instances: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: IntoConnectionInfo,
+    {
+        RedlockBuilder {
+            instances: instances
+                .into_iter()
+                .map(IntoConnectionInfo::into_connection_info)
+                .collect(),
+            allow_even: false,
+            config: Config::default(),
+        }
+    }
+
+    /// Prefix of every key redfence writes (see the key layout in the crate
+    /// docs). Must not contain `{` or `}`.
+    ///
+    /// Defaults to `"redfence:"`.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.config.prefix = prefix.into();
+        self
+    }
+
+    /// Longest wait for one instance: connect, read and write timeouts, and
+    /// how long a lock round waits for instances that have not answered.
+    /// Keep it far below the TTL; a lock call never waits for a stopped
+    /// instance longer than this, and not at all once a quorum answered.
+    ///
+    /// Defaults to 50 ms.
+    pub fn instance_timeout(mut self, timeout: Duration) -> Self {
+        self.config.instance_timeout = timeout;
+        self
+    }
+
+    /// Clock drift allowance subtracted from every lease: `ttl × factor +
+    /// floor`. `factor` must be in `0.0..1.0`.
+    ///
+    /// Defaults to `0.01` and 2 ms.
+    pub fn clock_drift(mut self, factor: f64, floor: Duration) -> Self {
+        self.config.drift_factor = factor;
+        self.config.drift_floor = floor;
+        self
+    }
+
+    /// Upper bound of the random pause between two attempts of a waiting
+    /// lock call (shortened when the holder's lease ends sooner).
+    ///
+    /// Defaults to 100 ms.
+    pub fn retry_delay(mut self, delay: Duration) -> Self {
+        self.config.retry_delay = delay;
+        self
+    }
+
+    /// How long a resource's fencing counter survives without being used.
+    /// A counter that expired restarts from the instance clock, so tokens
+    /// stay increasing; shorter times keep memory low for services that
+    /// lock millions of distinct resources. At least one second.
+    ///
+    /// Defaults to 24 hours.
+    pub fn fence_idle_expiry(mut self, idle: Duration) -> Self {
+        self.config.fence_idle = idle;
+        self
+    }
+
+    /// Options used by [`Redlock::lock`] and, with a zero wait, by
+    /// [`Redlock::try_lock`].
+    ///
+    /// Defaults to [`LockOptions::new()`].
+    pub fn default_options(mut self, options: LockOptions) -> Self {
+        self.config.defaults = options;
+        self
+    }
+
+    /// Accept an even number of instances. An even count tolerates no more
+    /// failures than the odd count below it, so it is refused unless asked
+    /// for.
+    ///
+    /// Defaults to `false`.
+    pub fn allow_even_instances(mut self, allow: bool) -> Self {
+        self.allow_even = allow;
+        self
+    }
+
+    /// How many times the watchdog retries a failed extension round (while
+    /// validity remains) before it marks the lease lost.
+    ///
+    /// Defaults to 3.
+    pub fn extend_retries(mut self, retries: u32) -> Self {
+        self.config.extend_retries = retries;
+        self
+    }
+
+    /// Cap on how many times the watchdog extends one lease; after that the
+    /// lease runs out and the guard reports it lost. `None` means no cap.
+    ///
+    /// Defaults to `None`.
+    pub fn max_extensions(mut self, max: Option<u32>) -> Self {
+        self.config.max_extensions = max;
+        self
+    }
+
+    /// Cap on how long the watchdog keeps one lease alive, counted from its
+    /// acquisition; after that the lease runs out. `None` means no cap.
+    ///
+    /// Defaults to `None`.
+    pub fn max_lease_lifetime(mut self, max: Option<Duration>) -> Self {
+        self.config.max_lease_lifetime = max;
+        self
+    }
+
+    /// Validates the configuration and starts the client's workers and
+    /// watchdog. Does not connect: instances that are down now are simply
+    /// unavailable until they come back.
+    pub fn build(self) -> Result<Redlock, Error> {
+        let infos = self.validate()?;
+        let cfg = self.config;
+        // r2d2 (re)connects in these threads, one per instance so a hung
+        // instance does not hold up reconnecting to the others.
+        let pool_threads = Arc::new(
+            scheduled_thread_pool::ScheduledThreadPool::builder()
+                .num_threads(infos.len())
+                .thread_name_pattern("redfence-connect-{}")
+                .build(),
+        );
+        let mut list = Vec::with_capacity(infos.len());
+        for (index, info) in infos.into_iter().enumerate() {
+            let name = instance_name(&info);
+            let manager = Manager::new(info, cfg.instance_timeout)
+                .map_err(|e| Error::invalid_config(format!("instance #{index} ({name}): {e}")))?;
+            let instance = Instance::start(InstanceConfig {
+                index,
+                name,
+                manager,
+                timeout: cfg.instance_timeout,
+                queue_capacity: QUEUE_CAPACITY,
+                thread_pool: Arc::clone(&pool_threads),
+            })
+            .map_err(|e| Error::invalid_config(format!("cannot start a worker thread: {e}")))?;
+            list.push(instance);
+        }
+        let shared = Shared::new(cfg, Instances::new(list));
+        Redlock::start(shared)
+    }
+
+    fn validate(&self) -> Result<Vec<ConnectionInfo>, Error> {
+        if self.instances.is_empty() {
+            return Err(Error::invalid_config("no instances given"));
+        }
+        let mut infos = Vec::with_capacity(self.instances.len());
+        let mut seen = HashSet::new();
+        for (index, parsed) in self.instances.iter().enumerate() {
+            let info = parsed.as_ref().map_err(|e| {
+                Error::invalid_config(format!(
+                    "instance #{index} is not a valid Redis address: {e}"
+                ))
+            })?;
+            let name = instance_name(info);
+            if !seen.insert(name.clone()) {
+                return Err(Error::invalid_config(format!(
+                    "instance #{index} ({name}) is listed twice; each instance must be independent"
+                )));
+            }
+            infos.push(info.clone());
+        }
+        if infos.len() % 2 == 0 && !self.allow_even {
+            return Err(Error::invalid_config(format!(
+                "{} instances is an even number: it tolerates no more failures than {}; use an odd \
+                 number, or allow_even_instances(true)",
+                infos.len(),
+                infos.len() - 1
+            )));
+        }
+        let cfg = &self.config;
+        validate_prefix(&cfg.prefix)?;
+        if cfg.instance_timeout < Duration::from_millis(1) {
+            return Err(Error::invalid_config(
+                "instance_timeout must be at least 1 ms",
+            ));
+        }
+        if !(cfg.drift_factor.is_finite() && (0.0..1.0).contains(&cfg.drift_factor)) {
+            return Err(Error::invalid_config(format!(
+                "clock drift factor {} must be a number in 0.0..1.0",
+                cfg.drift_factor
+            )));
+        }
+        if cfg.drift_floor > MAX_TTL {
+            return Err(Error::invalid_config(
+                "clock drift floor is longer than 30 days",
+            ));
+        }
+        if cfg.retry_delay < Duration::from_millis(1) {
+            return Err(Error::invalid_config("retry_delay must be at least 1 ms"));
+        }
+        if cfg.fence_idle < Duration::from_secs(1) {
+            return Err(Error::invalid_config(
+                "fence_idle_expiry must be at least 1 s",
+            ));
+        }
+        cfg.validate(&cfg.defaults).map_err(|e| match e {
+            Error::InvalidOptions { reason } => {
+                Error::invalid_config(format!("default options: {reason}"))
+            }
+            other => other,
+        })?;
+        Ok(infos)
+    }
+}
+
+/// `host:port/db`, never with credentials: it appears in errors and logs.
+fn instance_name(info: &ConnectionInfo) -> String {
+    format!("{}/{}", info.addr(), info.redis_settings().db())
+}

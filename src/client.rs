@@ -1,0 +1,208 @@
+//! The client: what a program holds to lock resources.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::{IntoConnectionInfo, Value};
+
+use crate::acquire;
+use crate::builder::{Config, RedlockBuilder};
+use crate::error::InstanceError;
+use crate::guard::LockGuard;
+use crate::keys::{validate_resource, Keys};
+use crate::lease::Lease;
+use crate::quorum::{unexpected, Instances, Vote};
+use crate::retry;
+use crate::watchdog::Watchdog;
+use crate::{Error, LockOptions};
+
+/// What the client's threads share: settings and the instances' workers.
+pub(crate) struct Shared {
+    pub cfg: Config,
+    pub instances: Instances,
+}
+
+impl Shared {
+    pub fn new(cfg: Config, instances: Instances) -> Self {
+        Shared { cfg, instances }
+    }
+
+    /// Deadline of one round of requests started now.
+    pub fn round_deadline(&self) -> Instant {
+        Instant::now() + self.cfg.instance_timeout
+    }
+}
+
+/// A Redlock client over N independent Redis masters.
+///
+/// Cheap to clone (clones share workers and the watchdog) and safe to use
+/// from many threads. The client's threads stop when the last clone and the
+/// last [`LockGuard`] are gone.
+///
+/// ```no_run
+/// use redfence::{Redlock, LockOptions};
+/// use std::time::Duration;
+///
+/// let locks = Redlock::new(["redis://10.0.0.1", "redis://10.0.0.2", "redis://10.0.0.3"])?;
+/// let guard = locks.lock("invoice:42")?;
+/// println!("holding invoice:42 with token {}", guard.token());
+/// guard.release()?;
+/// # Ok::<(), redfence::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Redlock {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    // Field order matters: the watchdog stops (and drops its share of
+    // `shared`) before the instances' workers are stopped.
+    watchdog: Watchdog,
+    shared: Arc<Shared>,
+}
+
+impl Redlock {
+    /// Starts configuring a client for these instances (URLs such as
+    /// `"redis://:password@host:6379/0"`, or any other
+    /// [`IntoConnectionInfo`]).
+    pub fn builder<I>(instances: I) -> RedlockBuilder
+    where
+        I: IntoIterator,
+        I::Item: IntoConnectionInfo,
+    {
+        RedlockBuilder::new(instances)
+    }
+
+    /// A client with the default settings: `Redlock::builder(instances).build()`.
+    pub fn new<I>(instances: I) -> Result<Redlock, Error>
+    where
+        I: IntoIterator,
+        I::Item: IntoConnectionInfo,
+    {
+        Self::builder(instances).build()
+    }
+
+    pub(crate) fn start(shared: Shared) -> Result<Redlock, Error> {
+        let shared = Arc::new(shared);
+        let watchdog = Watchdog::start(Arc::clone(&shared))
+            .map_err(|e| Error::invalid_config(format!("cannot start the watchdog thread: {e}")))?;
+        Ok(Redlock {
+            inner: Arc::new(Inner { watchdog, shared }),
+        })
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.inner.shared
+    }
+
+    /// Locks `resource`, retrying until the default wait budget (10 s unless
+    /// set with [`RedlockBuilder::default_options`]) is spent.
+    pub fn lock(&self, resource: &str) -> Result<LockGuard, Error> {
+        self.lock_with(resource, self.shared().cfg.defaults)
+    }
+
+    /// Makes exactly one attempt to lock `resource`. Fails with
+    /// [`Error::Contended`] if another client holds it.
+    pub fn try_lock(&self, resource: &str) -> Result<LockGuard, Error> {
+        self.lock_with(resource, self.shared().cfg.defaults.wait(Duration::ZERO))
+    }
+
+    /// Locks `resource` with these options.
+    ///
+    /// Retries with a random pause (never longer than the holder's remaining
+    /// lease) while the lock is contended or the instances unavailable, and
+    /// starts no attempt that could not end within `options.wait`.
+    pub fn lock_with(&self, resource: &str, options: LockOptions) -> Result<LockGuard, Error> {
+        validate_resource(resource)?;
+        let shared = self.shared();
+        shared.cfg.validate(&options)?;
+        let keys = Keys::new(&shared.cfg.prefix, resource);
+        let deadline = Instant::now() + options.get_wait();
+        // Acquisition plus a fence raise round, each bounded by the timeout.
+        let attempt_budget = shared.cfg.instance_timeout * 2;
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let failure = match acquire::attempt(shared, resource, &keys, options.get_ttl()) {
+                Ok(grant) => {
+                    let lease = Arc::new(Lease::new(resource, keys, grant, &options));
+                    self.inner.watchdog.watch(&lease);
+                    return Ok(LockGuard::new(self.clone(), lease));
+                }
+                Err(failure) => failure,
+            };
+            let error = match failure.error {
+                Error::Contended { resource, .. } => Error::Contended { resource, attempts },
+                other => other,
+            };
+            if !error.is_retryable() {
+                return Err(error);
+            }
+            let pause = retry::pause(shared.cfg.retry_delay, failure.holder_ttl);
+            if Instant::now() + pause + attempt_budget > deadline {
+                return Err(error);
+            }
+            std::thread::sleep(pause);
+        }
+    }
+
+    /// Number of instances.
+    pub fn instance_count(&self) -> usize {
+        self.shared().instances.len()
+    }
+
+    /// Instances that must agree for a grant: N/2 + 1.
+    pub fn quorum(&self) -> usize {
+        self.shared().instances.quorum()
+    }
+
+    /// Pings every instance through its worker and reports each one's round
+    /// trip or error, in the order the instances were given. Useful for
+    /// readiness checks: it tells which instance is down or rejects our
+    /// credentials.
+    pub fn ping(&self) -> Vec<(String, Result<Duration, InstanceError>)> {
+        let shared = self.shared();
+        let start = Instant::now();
+        let deadline = shared.round_deadline();
+        let packed: Arc<[u8]> = redis::cmd("PING").get_packed_command().into();
+        let rx = shared.instances.broadcast(&packed, deadline);
+        let mut out: Vec<(String, Result<Duration, InstanceError>)> = shared
+            .instances
+            .names()
+            .map(|n| {
+                let err = InstanceError::new(
+                    n,
+                    crate::InstanceErrorKind::Timeout,
+                    "no answer within the per-instance timeout",
+                );
+                (n.to_string(), Err(err))
+            })
+            .collect();
+        for _ in 0..out.len() {
+            let Ok((index, result)) = rx.recv_deadline(deadline) else {
+                break;
+            };
+            out[index].1 = match result {
+                Ok(Value::SimpleString(s)) if s == "PONG" => Ok(start.elapsed()),
+                Ok(other) => match unexpected::<(), ()>("PING", &other) {
+                    Vote::Failed(e) => Err(InstanceError::new(&out[index].0, e.kind(), e.detail())),
+                    _ => continue,
+                },
+                Err(e) => Err(e),
+            };
+        }
+        out
+    }
+}
+
+impl std::fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redlock")
+            .field(
+                "instances",
+                &self.shared().instances.names().collect::<Vec<_>>(),
+            )
+            .field("prefix", &self.shared().cfg.prefix)
+            .finish()
+    }
+}

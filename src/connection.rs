@@ -1,0 +1,69 @@
+//! Connections to one instance: an r2d2 manager that sets timeouts and
+//! preloads the scripts.
+
+use std::time::Duration;
+
+use redis::{ConnectionInfo, ConnectionLike, RedisError};
+
+/// A connection plus what we learnt about its health. A connection on which
+/// a command timed out or failed mid-way is never reused: a late reply would
+/// otherwise be read as the answer to the next command.
+pub(crate) struct Conn {
+    pub inner: redis::Connection,
+    pub broken: bool,
+}
+
+pub(crate) struct Manager {
+    client: redis::Client,
+    timeout: Duration,
+}
+
+impl Manager {
+    pub fn new(info: ConnectionInfo, timeout: Duration) -> Result<Self, RedisError> {
+        Ok(Manager {
+            client: redis::Client::open(info)?,
+            timeout,
+        })
+    }
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = RedisError;
+
+    fn connect(&self) -> Result<Conn, RedisError> {
+        let inner = self.client.get_connection_with_timeout(self.timeout)?;
+        inner.set_read_timeout(Some(self.timeout))?;
+        inner.set_write_timeout(Some(self.timeout))?;
+        let mut conn = Conn {
+            inner,
+            broken: false,
+        };
+        load_scripts(&mut conn)?;
+        Ok(conn)
+    }
+
+    fn is_valid(&self, conn: &mut Conn) -> Result<(), RedisError> {
+        redis::cmd("PING")
+            .query::<String>(&mut conn.inner)
+            .map(drop)
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        conn.broken || !conn.inner.is_open()
+    }
+}
+
+/// Loads every script so EVALSHA finds it; called on connect and whenever
+/// an instance answers NOSCRIPT (restart, SCRIPT FLUSH).
+pub(crate) fn load_scripts(conn: &mut Conn) -> Result<(), RedisError> {
+    let mut pipe = redis::pipe();
+    for source in crate::scripts::ALL_SOURCES {
+        pipe.cmd("SCRIPT").arg("LOAD").arg(source);
+    }
+    let result = pipe.query::<Vec<String>>(&mut conn.inner).map(drop);
+    if result.is_err() {
+        conn.broken = true;
+    }
+    result
+}

@@ -1,0 +1,274 @@
+//! Errors returned by redfence, and the per-instance errors they carry.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Everything that can go wrong when locking, extending or releasing.
+///
+/// Each variant says which situation the caller is in, so a `match` can
+/// decide what to do: retry later ([`Error::Contended`]), alert an operator
+/// ([`Error::Unavailable`], [`Error::WrongType`]), stop working on the
+/// resource ([`Error::Lost`]) or fix the program ([`Error::InvalidResource`],
+/// [`Error::InvalidOptions`], [`Error::InvalidConfig`]).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Error {
+    /// Another client holds the lock on enough instances that no quorum is
+    /// possible. Returned by `try_lock`, or by `lock` once its wait budget is
+    /// spent.
+    Contended {
+        /// The resource that was asked for.
+        resource: String,
+        /// How many acquisition attempts were made.
+        attempts: u32,
+    },
+    /// Too few instances answered for a quorum to be reached or ruled out.
+    /// Each failing instance's error is listed.
+    Unavailable {
+        /// The resource that was asked for (empty for client-wide checks).
+        resource: String,
+        /// Instances that must agree (N/2 + 1).
+        quorum: usize,
+        /// Instances that agreed.
+        granted: usize,
+        /// One entry per instance that failed or did not answer in time.
+        errors: Vec<InstanceError>,
+    },
+    /// A quorum was reached, but so late that no validity was left of the
+    /// TTL once clock drift is accounted for. The keys were released.
+    NoValidity {
+        /// The resource that was asked for.
+        resource: String,
+        /// Time the attempt took.
+        elapsed: Duration,
+        /// The TTL that was asked for.
+        ttl: Duration,
+    },
+    /// The lease is no longer held: it expired, was taken over, or could
+    /// not be extended. Work done under it must stop; a write that carries
+    /// its fencing token will be refused by a fenced store.
+    Lost {
+        /// The resource whose lease was lost.
+        resource: String,
+        /// Why the lease counts as lost.
+        reason: LossReason,
+    },
+    /// A key where redfence keeps a lock or a fencing counter holds a value
+    /// of another type. Somebody else writes to redfence's keys: fix that
+    /// (or choose another key prefix) rather than retrying.
+    WrongType {
+        /// The resource that was asked for.
+        resource: String,
+        /// The instances that reported the wrong type.
+        errors: Vec<InstanceError>,
+    },
+    /// The resource name cannot be used (empty, or too long).
+    InvalidResource {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The [`LockOptions`](crate::LockOptions) of a call cannot be used with
+    /// this client (for example a TTL too short for its timeouts).
+    InvalidOptions {
+        /// What is wrong with them.
+        reason: String,
+    },
+    /// The client configuration given to the builder cannot work.
+    InvalidConfig {
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl Error {
+    /// True when trying again later may succeed: contention, unavailable
+    /// instances or an attempt that ran out of validity.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::Contended { .. } | Error::Unavailable { .. } | Error::NoValidity { .. }
+        )
+    }
+
+    pub(crate) fn invalid_options(reason: impl Into<String>) -> Self {
+        Error::InvalidOptions {
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn invalid_config(reason: impl Into<String>) -> Self {
+        Error::InvalidConfig {
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Contended { resource, attempts } => write!(
+                f,
+                "lock on {resource:?} is held by another client ({attempts} attempt(s))"
+            ),
+            Error::Unavailable {
+                resource,
+                quorum,
+                granted,
+                errors,
+            } => {
+                write!(
+                    f,
+                    "no quorum for {resource:?}: {granted} instance(s) agreed, {quorum} needed"
+                )?;
+                write_errors(f, errors)
+            }
+            Error::NoValidity {
+                resource,
+                elapsed,
+                ttl,
+            } => write!(
+                f,
+                "lock on {resource:?} took {elapsed:?}, leaving no validity of its {ttl:?} TTL"
+            ),
+            Error::Lost { resource, reason } => {
+                write!(f, "lease on {resource:?} is lost: {reason}")
+            }
+            Error::WrongType { resource, errors } => {
+                write!(f, "redfence keys of {resource:?} hold a foreign value")?;
+                write_errors(f, errors)
+            }
+            Error::InvalidResource { reason } => write!(f, "invalid resource name: {reason}"),
+            Error::InvalidOptions { reason } => write!(f, "invalid lock options: {reason}"),
+            Error::InvalidConfig { reason } => write!(f, "invalid configuration: {reason}"),
+        }
+    }
+}
+
+fn write_errors(f: &mut fmt::Formatter<'_>, errors: &[InstanceError]) -> fmt::Result {
+    for (i, e) in errors.iter().enumerate() {
+        f.write_str(if i == 0 { ": " } else { "; " })?;
+        write!(f, "{e}")?;
+    }
+    Ok(())
+}
+
+impl std::error::Error for Error {}
+
+/// Why a lease counts as lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// Its validity ran out without a successful extension.
+    Expired,
+    /// A quorum of instances no longer holds our value (expired there, or
+    /// deleted behind our back).
+    NotHeld,
+    /// The watchdog's extension rounds failed the allowed number of times.
+    ExtensionFailed,
+    /// The configured cap on extensions or on the lease lifetime was reached.
+    ExtensionLimit,
+    /// The guard was already released.
+    Released,
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LossReason::Expired => "its validity ran out",
+            LossReason::NotHeld => "a quorum of instances no longer holds it",
+            LossReason::ExtensionFailed => "extensions failed too many times",
+            LossReason::ExtensionLimit => "the extension limit was reached",
+            LossReason::Released => "it was released",
+        })
+    }
+}
+
+/// What went wrong on one instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InstanceErrorKind {
+    /// No reply within the per-instance timeout.
+    Timeout,
+    /// The connection could not be established.
+    Connect,
+    /// The instance refused our credentials.
+    Auth,
+    /// A key held a value of another type.
+    WrongType,
+    /// The connection failed while a command was under way.
+    Io,
+    /// The instance answered with an error.
+    Server,
+    /// The instance answered something redfence did not expect.
+    Protocol,
+    /// Too many requests were queued for this instance.
+    Overloaded,
+}
+
+/// The error of one instance, as part of [`Error::Unavailable`] or
+/// [`Error::WrongType`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceError {
+    instance: String,
+    kind: InstanceErrorKind,
+    detail: String,
+}
+
+impl InstanceError {
+    pub(crate) fn new(
+        instance: impl Into<String>,
+        kind: InstanceErrorKind,
+        detail: impl Into<String>,
+    ) -> Self {
+        InstanceError {
+            instance: instance.into(),
+            kind,
+            detail: detail.into(),
+        }
+    }
+
+    pub(crate) fn from_redis(instance: &str, err: &redis::RedisError) -> Self {
+        use redis::ErrorKind as K;
+        let kind = if err.is_timeout() {
+            InstanceErrorKind::Timeout
+        } else if err.kind() == K::AuthenticationFailed
+            || err
+                .code()
+                .is_some_and(|c| c == "NOAUTH" || c == "WRONGPASS")
+        {
+            InstanceErrorKind::Auth
+        } else if err.code() == Some("WRONGTYPE") {
+            InstanceErrorKind::WrongType
+        } else if err.is_connection_refusal() {
+            InstanceErrorKind::Connect
+        } else if err.is_io_error() || err.is_connection_dropped() {
+            InstanceErrorKind::Io
+        } else {
+            InstanceErrorKind::Server
+        };
+        InstanceError::new(instance, kind, err.to_string())
+    }
+
+    /// The instance, as `host:port/db` (never with credentials).
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// What kind of failure it was.
+    pub fn kind(&self) -> InstanceErrorKind {
+        self.kind
+    }
+
+    /// The underlying message.
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+}
+
+impl fmt::Display for InstanceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({:?}): {}", self.instance, self.kind, self.detail)
+    }
+}
+
+impl std::error::Error for InstanceError {}

@@ -1,0 +1,136 @@
+//! The RAII guard of a held lock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::Receiver;
+
+use crate::lease::{self, Lease};
+use crate::{Error, FencingToken, LossReason, Redlock};
+
+/// Proof that a lock was granted, valid while [`is_held`](Self::is_held)
+/// says so. Dropping it releases the lock without waiting for the answers;
+/// [`release`](Self::release) waits and reports.
+///
+/// While the guard lives, the client's watchdog extends the lease (unless
+/// [`LockOptions::auto_extend`](crate::LockOptions::auto_extend) is off). If
+/// the lease cannot be kept, the guard says so: `is_held()` turns false,
+/// [`ensure_held`](Self::ensure_held) returns [`Error::Lost`],
+/// [`wait_lost`](Self::wait_lost) returns and [`loss_signal`](Self::loss_signal)
+/// receives the reason. Check before each write, and send
+/// [`token`](Self::token) with it.
+///
+/// ```no_run
+/// # let locks = redfence::Redlock::new(["redis://127.0.0.1:7001"])?;
+/// let guard = locks.lock("report:daily")?;
+/// for chunk in 0..10 {
+///     guard.ensure_held()?; // stop as soon as the lease is gone
+///     // store.write(chunk, guard.token())?;
+/// #   let _ = chunk;
+/// }
+/// guard.release()?;
+/// # Ok::<(), redfence::Error>(())
+/// ```
+#[must_use = "if unused the lock is released immediately"]
+#[clippy::has_significant_drop]
+pub struct LockGuard {
+    client: Redlock,
+    lease: Arc<Lease>,
+}
+
+impl LockGuard {
+    pub(crate) fn new(client: Redlock, lease: Arc<Lease>) -> Self {
+        LockGuard { client, lease }
+    }
+
+    /// The fencing token of this grant: higher than that of every earlier
+    /// grant of the same resource.
+    pub fn token(&self) -> FencingToken {
+        self.lease.token
+    }
+
+    /// The locked resource.
+    pub fn resource(&self) -> &str {
+        &self.lease.resource
+    }
+
+    /// Time left during which the lock is guaranteed (TTL minus elapsed time
+    /// and clock drift, from the last grant or extension); zero once it may
+    /// have expired or was lost.
+    pub fn validity(&self) -> Duration {
+        self.lease.validity()
+    }
+
+    /// True while the lease is guaranteed: not lost, and within its
+    /// validity. Turns false no later than the moment the lease may have
+    /// expired on the instances.
+    pub fn is_held(&self) -> bool {
+        self.lease.loss().is_none()
+    }
+
+    /// `Ok(())` while the lease is held, [`Error::Lost`] otherwise. Call it
+    /// before each write that the lock protects.
+    pub fn ensure_held(&self) -> Result<(), Error> {
+        match self.lease.loss() {
+            None => Ok(()),
+            Some(reason) => Err(self.lease.lost_error(reason)),
+        }
+    }
+
+    /// Blocks until the lease is lost, or `timeout` passes. Returns the
+    /// reason, or `None` if the lease was still held at the timeout.
+    pub fn wait_lost(&self, timeout: Duration) -> Option<LossReason> {
+        self.lease.wait_lost(timeout)
+    }
+
+    /// A channel that receives one message when the lease is lost (at once
+    /// if it already is). It disconnects without a message when the guard is
+    /// released or dropped. Use it with `crossbeam_channel::select!` to stop
+    /// work on loss.
+    pub fn loss_signal(&self) -> Receiver<LossReason> {
+        self.lease.subscribe()
+    }
+
+    /// Sets the lease to `ttl` from now on a quorum of instances (only where
+    /// it still holds our value). Works with or without the watchdog; the
+    /// watchdog keeps using the new TTL.
+    ///
+    /// Fails with [`Error::Lost`] if a quorum no longer holds the lease or
+    /// its validity ran out, and with [`Error::Unavailable`] if too few
+    /// instances answered (the lease stays held while its validity lasts).
+    pub fn extend(&self, ttl: Duration) -> Result<(), Error> {
+        let shared = self.client.shared();
+        shared.cfg.validate(&shared.cfg.defaults.ttl(ttl))?;
+        match lease::begin_extend(shared, &self.lease, ttl, true)? {
+            Some(pending) => pending.finish(shared),
+            None => Err(self.lease.lost_error(LossReason::Released)),
+        }
+    }
+
+    /// Releases the lock on every instance and waits until a quorum
+    /// confirmed it (at most the per-instance timeout).
+    ///
+    /// Returns [`Error::Lost`] if the lease was lost before (the keys of a
+    /// newer holder are left alone), or [`Error::Unavailable`] if too few
+    /// instances answered; the lease then ends with its TTL.
+    pub fn release(self) -> Result<(), Error> {
+        lease::release(self.client.shared(), &self.lease)
+        // Drop finds the lease released and does nothing more.
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        lease::send_release(self.client.shared(), &self.lease, false);
+    }
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("resource", &self.lease.resource)
+            .field("token", &self.lease.token)
+            .field("validity", &self.validity())
+            .finish()
+    }
+}

@@ -1,0 +1,237 @@
+//! One Redis instance: a long-lived worker thread fed by a channel.
+//!
+//! Each instance has exactly one worker with one connection, so commands for
+//! an instance reach it in the order they were queued: a release queued
+//! after an acquire can never overtake it. The worker sends everything that
+//! queued up while it was busy as one pipeline (auto-pipelining), and drops
+//! requests whose deadline passed before they could be sent.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use redis::{ConnectionLike, Value};
+
+use crate::connection::{load_scripts, Conn, Manager};
+use crate::error::{InstanceError, InstanceErrorKind};
+
+/// Most requests sent as one pipeline.
+const MAX_BATCH: usize = 256;
+
+/// One instance's answer to one request.
+pub(crate) type Reply = (usize, Result<Value, InstanceError>);
+
+pub(crate) struct Request {
+    pub packed: Arc<[u8]>,
+    pub deadline: Instant,
+    pub reply: Option<Sender<Reply>>,
+}
+
+impl Request {
+    fn answer(&mut self, index: usize, result: Result<Value, InstanceError>) {
+        if let Some(tx) = self.reply.take() {
+            // The caller may have decided and left already; that is fine.
+            let _ = tx.send((index, result));
+        }
+    }
+}
+
+pub(crate) struct Instance {
+    name: String,
+    index: usize,
+    tx: Option<Sender<Request>>,
+    worker: Option<JoinHandle<()>>,
+}
+
+pub(crate) struct InstanceConfig {
+    pub index: usize,
+    pub name: String,
+    pub manager: Manager,
+    pub timeout: Duration,
+    pub queue_capacity: usize,
+    pub thread_pool: Arc<scheduled_thread_pool::ScheduledThreadPool>,
+}
+
+impl Instance {
+    pub fn start(cfg: InstanceConfig) -> std::io::Result<Self> {
+        let pool = r2d2::Pool::builder()
+            .max_size(1)
+            .min_idle(Some(0))
+            .test_on_check_out(false)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connection_timeout(cfg.timeout)
+            .thread_pool(cfg.thread_pool)
+            .error_handler(Box::new(r2d2::NopErrorHandler))
+            .build_unchecked(cfg.manager);
+        let (tx, rx) = crossbeam_channel::bounded(cfg.queue_capacity);
+        let worker = Worker {
+            index: cfg.index,
+            name: cfg.name.clone(),
+            pool,
+            timeout: cfg.timeout,
+        };
+        let handle = std::thread::Builder::new()
+            .name(format!("redfence-instance-{}", cfg.index))
+            .spawn(move || worker.run(rx))?;
+        Ok(Instance {
+            name: cfg.name,
+            index: cfg.index,
+            tx: Some(tx),
+            worker: Some(handle),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Queues a request; never blocks. A full queue answers at once.
+    pub fn send(&self, mut req: Request) {
+        let Some(tx) = &self.tx else { return };
+        match tx.try_send(req) {
+            Ok(()) => {}
+            Err(TrySendError::Full(r)) | Err(TrySendError::Disconnected(r)) => {
+                req = r;
+                let err = InstanceError::new(
+                    &self.name,
+                    InstanceErrorKind::Overloaded,
+                    "request queue is full",
+                );
+                req.answer(self.index, Err(err));
+            }
+        }
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        // Closing the channel is the stop signal; the worker still sends
+        // what is queued (releases, mostly) before it exits, each bounded by
+        // its own deadline.
+        drop(self.tx.take());
+        if let Some(handle) = self.worker.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+struct Worker {
+    index: usize,
+    name: String,
+    pool: r2d2::Pool<Manager>,
+    timeout: Duration,
+}
+
+impl Worker {
+    fn run(self, rx: Receiver<Request>) {
+        let mut batch: Vec<Request> = Vec::with_capacity(MAX_BATCH);
+        while let Ok(first) = rx.recv() {
+            batch.push(first);
+            batch.extend(rx.try_iter().take(MAX_BATCH - 1));
+            self.serve(&mut batch);
+            batch.clear();
+        }
+    }
+
+    fn serve(&self, batch: &mut Vec<Request>) {
+        let now = Instant::now();
+        batch.retain_mut(|req| {
+            if req.deadline > now {
+                return true;
+            }
+            let err = InstanceError::new(
+                &self.name,
+                InstanceErrorKind::Timeout,
+                "deadline passed before the request could be sent",
+            );
+            req.answer(self.index, Err(err));
+            false
+        });
+        let Some(latest) = batch.iter().map(|r| r.deadline).max() else {
+            return;
+        };
+        let wait = latest.saturating_duration_since(now).min(self.timeout);
+        let mut conn = match self.pool.get_timeout(wait) {
+            Ok(conn) => conn,
+            Err(e) => {
+                let err = InstanceError::new(&self.name, InstanceErrorKind::Connect, e.to_string());
+                for req in batch.iter_mut() {
+                    req.answer(self.index, Err(err.clone()));
+                }
+                return;
+            }
+        };
+        let results = self.execute(&mut conn, batch);
+        for (req, result) in batch.iter_mut().zip(results) {
+            req.answer(self.index, result);
+        }
+    }
+
+    /// Sends the batch as one pipeline and reads the replies in order. The
+    /// first I/O error or timeout fails the rest of the batch at once and
+    /// retires the connection.
+    fn execute(&self, conn: &mut Conn, batch: &[Request]) -> Vec<Result<Value, InstanceError>> {
+        let mut bytes = Vec::with_capacity(batch.iter().map(|r| r.packed.len()).sum());
+        for req in batch {
+            bytes.extend_from_slice(&req.packed);
+        }
+        let mut results = Vec::with_capacity(batch.len());
+        if let Err(e) = conn.inner.send_packed_command(&bytes) {
+            conn.broken = true;
+            let err = InstanceError::from_redis(&self.name, &e);
+            return vec![Err(err); batch.len()];
+        }
+        for _ in 0..batch.len() {
+            match conn.inner.recv_response() {
+                Ok(value) => results.push(Ok(value)),
+                Err(e) => {
+                    conn.broken = true;
+                    let err = InstanceError::from_redis(&self.name, &e);
+                    results.resize(batch.len(), Err(err));
+                    return results;
+                }
+            }
+        }
+        self.retry_noscript(conn, batch, &mut results);
+        results
+    }
+
+    /// An instance that restarted or ran SCRIPT FLUSH answers NOSCRIPT:
+    /// reload the scripts and send those requests again, in their order.
+    fn retry_noscript(
+        &self,
+        conn: &mut Conn,
+        batch: &[Request],
+        results: &mut [Result<Value, InstanceError>],
+    ) {
+        let is_noscript = |r: &Result<Value, InstanceError>| matches!(r, Ok(Value::ServerError(e)) if e.code() == "NOSCRIPT");
+        if !results.iter().any(is_noscript) {
+            return;
+        }
+        if let Err(e) = load_scripts(conn) {
+            let err = InstanceError::from_redis(&self.name, &e);
+            for r in results.iter_mut().filter(|r| is_noscript(r)) {
+                *r = Err(err.clone());
+            }
+            return;
+        }
+        let mut failure: Option<InstanceError> = None;
+        for (req, r) in batch.iter().zip(results.iter_mut()) {
+            if !is_noscript(r) {
+                continue;
+            }
+            if let Some(err) = &failure {
+                *r = Err(err.clone());
+                continue;
+            }
+            *r = conn.inner.req_packed_command(&req.packed).map_err(|e| {
+                conn.broken = true;
+                let err = InstanceError::from_redis(&self.name, &e);
+                failure = Some(err.clone());
+                err
+            });
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! A held lease: its state, and the extend and release operations that the
+//! guard and the watchdog share.
+
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Condvar, Mutex, MutexGuard};
+
+use crate::acquire::Grant;
+use crate::client::Shared;
+use crate::keys::Keys;
+use crate::quorum::yes_no;
+use crate::scripts::{self, EXTEND, RELEASE};
+use crate::{Error, FencingToken, LockOptions, LossReason};
+
+pub(crate) struct Lease {
+    pub resource: String,
+    pub keys: Keys,
+    pub value: String,
+    pub token: FencingToken,
+    pub auto_extend: bool,
+    pub acquired_at: Instant,
+    state: Mutex<State>,
+    changed: Condvar,
+    /// Serialises extension rounds, so two of them cannot race to set the
+    /// validity.
+    extending: Mutex<()>,
+}
+
+pub(crate) struct State {
+    pub valid_until: Instant,
+    pub ttl: Duration,
+    pub released: bool,
+    pub lost: Option<LossReason>,
+    pub extensions: u32,
+    pub failed_rounds: u32,
+    listeners: Vec<Sender<LossReason>>,
+}
+
+impl Lease {
+    pub fn new(resource: &str, keys: Keys, grant: Grant, options: &LockOptions) -> Self {
+        Lease {
+            resource: resource.to_string(),
+            keys,
+            value: grant.value,
+            token: grant.token,
+            auto_extend: options.get_auto_extend(),
+            acquired_at: Instant::now(),
+            state: Mutex::new(State {
+                valid_until: grant.valid_until,
+                ttl: options.get_ttl(),
+                released: false,
+                lost: None,
+                extensions: 0,
+                failed_rounds: 0,
+                listeners: Vec::new(),
+            }),
+            changed: Condvar::new(),
+            extending: Mutex::new(()),
+        }
+    }
+
+    pub fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock()
+    }
+
+    /// Why the lease is not held, if it is not; marks it expired once its
+    /// validity has passed, so every observer agrees from then on.
+    pub fn loss(&self) -> Option<LossReason> {
+        let mut st = self.state.lock();
+        self.loss_locked(&mut st, Instant::now())
+    }
+
+    fn loss_locked(&self, st: &mut State, now: Instant) -> Option<LossReason> {
+        if st.released {
+            return Some(LossReason::Released);
+        }
+        if st.lost.is_none() && now >= st.valid_until {
+            self.mark_lost_locked(st, LossReason::Expired);
+        }
+        st.lost
+    }
+
+    pub fn validity(&self) -> Duration {
+        let st = self.state.lock();
+        if st.released || st.lost.is_some() {
+            return Duration::ZERO;
+        }
+        st.valid_until.saturating_duration_since(Instant::now())
+    }
+
+    pub fn mark_lost(&self, reason: LossReason) {
+        let mut st = self.state.lock();
+        self.mark_lost_locked(&mut st, reason);
+    }
+
+    fn mark_lost_locked(&self, st: &mut State, reason: LossReason) {
+        if st.lost.is_some() || st.released {
+            return;
+        }
+        st.lost = Some(reason);
+        for tx in st.listeners.drain(..) {
+            let _ = tx.send(reason);
+        }
+        self.changed.notify_all();
+    }
+
+    pub fn lost_error(&self, reason: LossReason) -> Error {
+        Error::Lost {
+            resource: self.resource.clone(),
+            reason,
+        }
+    }
+
+    /// Blocks until the lease is lost or `timeout` passes.
+    pub fn wait_lost(&self, timeout: Duration) -> Option<LossReason> {
+        let deadline = Instant::now().checked_add(timeout);
+        let mut st = self.state.lock();
+        loop {
+            let now = Instant::now();
+            if let Some(reason) = self.loss_locked(&mut st, now) {
+                return Some(reason);
+            }
+            let wake = match deadline {
+                Some(d) if d <= now => return None,
+                Some(d) => d.min(st.valid_until),
+                None => st.valid_until,
+            };
+            self.changed.wait_until(&mut st, wake);
+        }
+    }
+
+    /// A channel that receives the reason once, when the lease is lost. It
+    /// disconnects without a message when the guard is released.
+    pub fn subscribe(&self) -> Receiver<LossReason> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let mut st = self.state.lock();
+        match self.loss_locked(&mut st, Instant::now()) {
+            Some(LossReason::Released) => {}
+            Some(reason) => {
+                let _ = tx.send(reason);
+            }
+            None => st.listeners.push(tx),
+        }
+        rx
+    }
+}
+
+/// Queues a release on every instance and marks the lease released. Once
+/// this returns, no extension can be queued any more; one queued before is
+/// served first (each instance's queue is in order), so nothing re-extends
+/// the key after its release.
+pub(crate) fn send_release(
+    shared: &Shared,
+    lease: &Lease,
+    wait: bool,
+) -> Option<crossbeam_channel::Receiver<crate::instance::Reply>> {
+    let cmd = scripts::packed(
+        &RELEASE,
+        &[&lease.keys.lock],
+        &[lease.value.as_bytes(), lease.keys.channel.as_bytes()],
+    );
+    let mut st = lease.state.lock();
+    if st.released {
+        return None;
+    }
+    st.released = true;
+    st.listeners.clear();
+    lease.changed.notify_all();
+    // Worth delivering until the key would have expired anyway.
+    let deadline = Instant::now() + st.ttl;
+    if wait {
+        Some(shared.instances.broadcast(&cmd, deadline))
+    } else {
+        shared.instances.broadcast_detached(&cmd, deadline);
+        None
+    }
+}
+
+/// Releases and reports whether a quorum confirmed it.
+pub(crate) fn release(shared: &Shared, lease: &Lease) -> Result<(), Error> {
+    let lost_before = lease.state.lock().lost;
+    let Some(rx) = send_release(shared, lease, true) else {
+        return Err(lease.lost_error(LossReason::Released));
+    };
+    let deadline = shared.round_deadline();
+    let tally = shared.instances.collect(&rx, deadline, yes_no("release"));
+    let quorum = shared.instances.quorum();
+    if tally.yes.len() >= quorum {
+        return Ok(());
+    }
+    if let Some(reason) = lost_before {
+        return Err(lease.lost_error(reason));
+    }
+    if tally.no.len() > shared.instances.len() - quorum {
+        return Err(lease.lost_error(LossReason::NotHeld));
+    }
+    Err(Error::Unavailable {
+        resource: lease.resource.clone(),
+        quorum,
+        granted: tally.yes.len(),
+        errors: tally.failed,
+    })
+}
+
+/// An extension round that has been sent and awaits its answers.
+pub(crate) struct PendingExtend<'a> {
+    lease: &'a Lease,
+    _serial: MutexGuard<'a, ()>,
+    start: Instant,
+    ttl: Duration,
+    rx: Receiver<crate::instance::Reply>,
+}
+
+/// Sends an extension round, unless the lease is already gone. `wait`
+/// says whether to wait for a round under way (a caller's explicit extend)
+/// or to skip (the watchdog, which will come back).
+pub(crate) fn begin_extend<'a>(
+    shared: &Shared,
+    lease: &'a Lease,
+    ttl: Duration,
+    wait: bool,
+) -> Result<Option<PendingExtend<'a>>, Error> {
+    let serial = if wait {
+        lease.extending.lock()
+    } else {
+        match lease.extending.try_lock() {
+            Some(serial) => serial,
+            None => return Ok(None),
+        }
+    };
+    let start = Instant::now();
+    let ttl_ms = ttl.as_millis().to_string();
+    let cmd = scripts::packed(
+        &EXTEND,
+        &[&lease.keys.lock],
+        &[lease.value.as_bytes(), ttl_ms.as_bytes()],
+    );
+    let mut st = lease.state.lock();
+    if let Some(reason) = lease.loss_locked(&mut st, start) {
+        return Err(lease.lost_error(reason));
+    }
+    let rx = shared
+        .instances
+        .broadcast(&cmd, start + shared.cfg.instance_timeout);
+    drop(st);
+    Ok(Some(PendingExtend {
+        lease,
+        _serial: serial,
+        start,
+        ttl,
+        rx,
+    }))
+}
+
+impl PendingExtend<'_> {
+    /// Counts the answers. Success needs a quorum before the new validity,
+    /// measured from the start of this round, runs out.
+    pub fn finish(self, shared: &Shared) -> Result<(), Error> {
+        let deadline = self.start + shared.cfg.instance_timeout;
+        let tally = shared
+            .instances
+            .collect(&self.rx, deadline, yes_no("extend"));
+        let lease = self.lease;
+        let quorum = shared.instances.quorum();
+        let now = Instant::now();
+        let validity = self.ttl.saturating_sub(shared.cfg.drift(self.ttl));
+        let new_valid = self.start + validity;
+        let mut st = lease.state.lock();
+        if let Some(reason) = lease.loss_locked(&mut st, now) {
+            return Err(lease.lost_error(reason));
+        }
+        if tally.yes.len() >= quorum && now < new_valid {
+            st.valid_until = new_valid;
+            st.ttl = self.ttl;
+            st.extensions += 1;
+            st.failed_rounds = 0;
+            lease.changed.notify_all();
+            return Ok(());
+        }
+        // Some instances may have applied the new TTL: if it is shorter,
+        // the quorum's keys may expire sooner than we thought.
+        st.valid_until = st.valid_until.min(new_valid);
+        st.failed_rounds += 1;
+        if tally.no.len() > shared.instances.len() - quorum {
+            lease.mark_lost_locked(&mut st, LossReason::NotHeld);
+            return Err(lease.lost_error(LossReason::NotHeld));
+        }
+        if let Some(reason) = lease.loss_locked(&mut st, now) {
+            return Err(lease.lost_error(reason));
+        }
+        Err(Error::Unavailable {
+            resource: lease.resource.clone(),
+            quorum,
+            granted: tally.yes.len(),
+            errors: tally.failed,
+        })
+    }
+}

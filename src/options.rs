@@ -1,0 +1,91 @@
+//! Per-call lock options.
+
+use std::time::Duration;
+
+/// How one lock call behaves: lease length, how long to keep trying, and
+/// whether the watchdog keeps the lease alive.
+///
+/// ```
+/// use redfence::LockOptions;
+/// use std::time::Duration;
+///
+/// let opts = LockOptions::new()
+///     .ttl(Duration::from_secs(5))
+///     .wait(Duration::from_millis(300))
+///     .auto_extend(false);
+/// assert_eq!(opts.get_ttl(), Duration::from_secs(5));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockOptions {
+    ttl: Duration,
+    wait: Duration,
+    auto_extend: bool,
+}
+
+impl LockOptions {
+    /// Default lease length.
+    pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+    /// Default wait budget of [`Redlock::lock`](crate::Redlock::lock).
+    pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
+
+    /// Options with the defaults: 30 s TTL, 10 s wait, auto-extension on.
+    pub fn new() -> Self {
+        LockOptions {
+            ttl: Self::DEFAULT_TTL,
+            wait: Self::DEFAULT_WAIT,
+            auto_extend: true,
+        }
+    }
+
+    /// Lease length set on the instances at each grant or extension. The
+    /// lock is guaranteed for at most this long minus the time the
+    /// acquisition took and the clock drift allowance. Must be at least
+    /// 1 ms and larger than the drift plus twice the per-instance timeout.
+    ///
+    /// Defaults to 30 s.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Total time to keep retrying while the lock is held elsewhere or the
+    /// instances are unavailable. Zero means exactly one attempt. A new
+    /// attempt starts only if it can end before this budget does.
+    ///
+    /// Defaults to 10 s.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Whether the client's watchdog extends the lease while the guard
+    /// lives. Without it the lease ends after its TTL, and the guard reports
+    /// it lost from then on.
+    ///
+    /// Defaults to `true`.
+    pub fn auto_extend(mut self, on: bool) -> Self {
+        self.auto_extend = on;
+        self
+    }
+
+    /// The lease length.
+    pub fn get_ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The wait budget.
+    pub fn get_wait(&self) -> Duration {
+        self.wait
+    }
+
+    /// Whether the watchdog extends the lease.
+    pub fn get_auto_extend(&self) -> bool {
+        self.auto_extend
+    }
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,58 @@
+//! A test harness with real Redis servers and real faults, enabled by the
+//! `testing` feature.
+//!
+//! A lock is only as good as its behaviour when things go wrong, and a mock
+//! Redis cannot go wrong the way a real one does. So this harness runs real
+//! `redis-server` processes and breaks them for real:
+//!
+//! - [`RedisServer`]: one `redis-server` on a free loopback port with its own
+//!   temporary directory. It can be frozen ([`RedisServer::stop`], SIGSTOP:
+//!   connects still succeed, replies never come), killed
+//!   ([`RedisServer::kill`], losing what is not in the append-only file) and
+//!   restarted on the same port. Dropping it kills the process and removes
+//!   the directory, also when the test panics.
+//! - [`RedisCluster`]: N independent servers started in parallel, the set of
+//!   masters Redlock runs on.
+//! - [`FaultProxy`]: a TCP proxy in front of any address that adds latency,
+//!   black-holes traffic, resets connections or drops replies after the
+//!   request was applied (see [`Fault`]).
+//! - [`FencedStore`]: an in-memory downstream store that refuses stale
+//!   fencing tokens and logs every accepted write, to check what a lock
+//!   actually protected.
+//!
+//! `redis-server` must be on `PATH` (on Debian or Ubuntu: `sudo apt-get
+//! install -y redis-server`). Ports are picked at run time, so tests can run
+//! in parallel.
+//!
+//! # In your own test suite
+//!
+//! Enable the feature for tests only:
+//!
+//! ```toml
+//! [dev-dependencies]
+//! redfence = { version = "0.1", features = ["testing"] }
+//! ```
+//!
+//! Then start a set of servers and hand their URLs to the code under test:
+//!
+//! ```no_run
+//! use redfence::testing::RedisCluster;
+//!
+//! let cluster = RedisCluster::start(5);
+//! let urls: Vec<String> = cluster.urls();
+//! assert_eq!(urls.len(), 5);
+//! // Build the lock client from `urls`, then break things:
+//! cluster.stop(&[0, 1]); // two of five frozen: a quorum of 3 still answers
+//! cluster.cont(&[0, 1]);
+//! // Dropping `cluster` kills all five servers.
+//! ```
+
+mod cluster;
+mod fenced_store;
+mod proxy;
+mod server;
+
+pub use cluster::RedisCluster;
+pub use fenced_store::{AcceptedWrite, FencedStore, StaleToken};
+pub use proxy::{Fault, FaultProxy};
+pub use server::{RedisServer, ServerOptions};

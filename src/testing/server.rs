@@ -1,0 +1,678 @@
+//! One real `redis-server` process per [`RedisServer`], on a free loopback
+//! port, with process-level faults (SIGSTOP, SIGKILL, restart).
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+/// What to tell a user whose machine lacks the server binary; spelled out so
+/// a failing test suite says how to fix it instead of "No such file".
+const NOT_FOUND: &str =
+    "redis-server not found: install it with `sudo apt-get install -y redis-server` (Debian/Ubuntu)";
+
+/// A fresh server on a fresh port can lose the port to another process
+/// between our probe and its bind, so a first start is retried on new ports.
+const START_ATTEMPTS: usize = 5;
+/// Long enough for a cold start on a loaded CI machine, short enough that a
+/// broken setup fails the test instead of hanging it.
+const READY_DEADLINE: Duration = Duration::from_secs(10);
+/// A killed child is reaped at once in practice; the bound only guards
+/// against a kernel that is slow to deliver SIGKILL.
+const REAP_DEADLINE: Duration = Duration::from_secs(5);
+const POLL: Duration = Duration::from_millis(10);
+/// Timeouts of the harness's own connections: a stopped server still accepts
+/// TCP connects and only its replies hang, so every read needs a bound.
+const IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// Lines of server log quoted in start-up failures.
+const LOG_LINES_IN_ERRORS: usize = 30;
+
+static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
+
+/// How to start a [`RedisServer`].
+///
+/// Build it with struct-update syntax:
+/// `ServerOptions { aof_fsync_always: true, ..Default::default() }`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerOptions {
+    /// Persist every write before replying (`--appendonly yes --appendfsync
+    /// always`), so data survives [`RedisServer::kill`] and
+    /// [`RedisServer::restart`]. Defaults to `false`: no persistence at all,
+    /// and a kill loses everything.
+    pub aof_fsync_always: bool,
+    /// Require this password (`--requirepass`). [`RedisServer::url`] and the
+    /// harness's own connections include it. Defaults to `None`.
+    pub password: Option<String>,
+}
+
+/// A real `redis-server` process on `127.0.0.1` and a free port, with its
+/// own temporary directory, killed and cleaned up on drop.
+///
+/// All methods take `&self`, so a test can stop or restart a server from
+/// another thread while the code under test uses it.
+///
+/// Methods that are not `try_` forms panic with a message naming the server
+/// and, for start-up failures, quoting its log: this is test support code,
+/// and a clear panic is the most useful outcome of a broken setup.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    dir: PathBuf,
+    options: ServerOptions,
+    /// `None` after [`kill`](Self::kill) until the next restart.
+    child: Mutex<Option<Child>>,
+    stopped: AtomicBool,
+}
+
+impl RedisServer {
+    /// Starts a server with default options, waiting until it answers PING.
+    ///
+    /// # Panics
+    ///
+    /// If `redis-server` is not installed or does not come up within 10 s.
+    pub fn start() -> RedisServer {
+        Self::start_with(ServerOptions::default())
+    }
+
+    /// Starts a server with `options`, waiting until it answers PING.
+    ///
+    /// # Panics
+    ///
+    /// If `redis-server` is not installed or does not come up within 10 s.
+    pub fn start_with(options: ServerOptions) -> RedisServer {
+        match Self::try_start_with(options) {
+            Ok(server) => server,
+            Err(e) => panic!("could not start redis-server: {e}"),
+        }
+    }
+
+    /// Starts a server with `options`, waiting until it answers PING.
+    ///
+    /// Fails with [`io::ErrorKind::NotFound`] if `redis-server` is not on
+    /// `PATH`, or with an error quoting the server log if it does not come
+    /// up within 10 s.
+    pub fn try_start_with(options: ServerOptions) -> io::Result<RedisServer> {
+        let dir = make_temp_dir()?;
+        let mut last_error = None;
+        for _ in 0..START_ATTEMPTS {
+            let port = match free_port() {
+                Ok(port) => port,
+                Err(e) => {
+                    last_error = Some(e);
+                    continue;
+                }
+            };
+            match spawn_ready(port, &dir, &options, Instant::now() + READY_DEADLINE) {
+                Ok(child) => {
+                    return Ok(RedisServer {
+                        port,
+                        dir,
+                        options,
+                        child: Mutex::new(Some(child)),
+                        stopped: AtomicBool::new(false),
+                    })
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    let _ = fs::remove_dir_all(&dir);
+                    return Err(e);
+                }
+                Err(e) => last_error = Some(e),
+            }
+        }
+        let _ = fs::remove_dir_all(&dir);
+        Err(last_error.unwrap_or_else(|| io::Error::other("no start attempt was made")))
+    }
+
+    /// The TCP port the server listens on; it stays the same across restarts.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's address, `127.0.0.1:port`.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// The connection URL: `redis://127.0.0.1:P/`, or
+    /// `redis://:password@127.0.0.1:P/` when a password is set.
+    pub fn url(&self) -> String {
+        match &self.options.password {
+            Some(pw) => format!("redis://:{pw}@127.0.0.1:{}/", self.port),
+            None => format!("redis://127.0.0.1:{}/", self.port),
+        }
+    }
+
+    /// The options the server was started with.
+    pub fn options(&self) -> &ServerOptions {
+        &self.options
+    }
+
+    /// The process id of the current server process, or `None` while it is
+    /// killed.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.lock().as_ref().map(Child::id)
+    }
+
+    /// Freezes the process with SIGSTOP: it keeps accepting TCP connections
+    /// (the kernel does that) but answers nothing until [`cont`](Self::cont).
+    ///
+    /// # Panics
+    ///
+    /// If the server is killed or the signal cannot be sent.
+    pub fn stop(&self) {
+        let pid = self.expect_pid("stop");
+        signal(pid, "-STOP").unwrap_or_else(|e| panic!("SIGSTOP {}: {e}", self.addr()));
+        self.stopped.store(true, Ordering::SeqCst);
+    }
+
+    /// Resumes a process frozen by [`stop`](Self::stop). Harmless if it was
+    /// not stopped.
+    ///
+    /// # Panics
+    ///
+    /// If the server is killed or the signal cannot be sent.
+    pub fn cont(&self) {
+        let pid = self.expect_pid("cont");
+        signal(pid, "-CONT").unwrap_or_else(|e| panic!("SIGCONT {}: {e}", self.addr()));
+        self.stopped.store(false, Ordering::SeqCst);
+    }
+
+    /// Whether the process is frozen by [`stop`](Self::stop).
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst)
+    }
+
+    /// Whether a server process exists (running or stopped) and has not
+    /// exited.
+    pub fn is_running(&self) -> bool {
+        match self.child.lock().as_mut() {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Kills the process with SIGKILL and reaps it, like a machine losing
+    /// power: whatever is not in the append-only file is lost. Harmless if
+    /// already killed.
+    ///
+    /// # Panics
+    ///
+    /// If the process does not exit within 5 s.
+    pub fn kill(&self) {
+        let mut child = self.child.lock();
+        if let Some(mut c) = child.take() {
+            if let Err(e) = kill_and_reap(&mut c) {
+                panic!("could not kill redis-server on {}: {e}", self.addr());
+            }
+        }
+        self.stopped.store(false, Ordering::SeqCst);
+    }
+
+    /// Starts the server again on the same port, directory and options,
+    /// waiting until it answers. Kills it first if it is running (or
+    /// stopped).
+    ///
+    /// # Panics
+    ///
+    /// If it does not come up within 10 s; the message quotes the log.
+    pub fn restart(&self) {
+        if let Err(e) = self.try_restart() {
+            panic!("could not restart redis-server on {}: {e}", self.addr());
+        }
+    }
+
+    /// Starts the server again on the same port, directory and options,
+    /// waiting until it answers. Kills it first if it is running (or
+    /// stopped).
+    ///
+    /// Fails if it does not come up within 10 s.
+    pub fn try_restart(&self) -> io::Result<()> {
+        let mut child = self.child.lock();
+        if let Some(mut c) = child.take() {
+            kill_and_reap(&mut c)?;
+        }
+        self.stopped.store(false, Ordering::SeqCst);
+        // The old process's socket may linger for a moment after it is
+        // reaped, so the same port is retried until the deadline.
+        let deadline = Instant::now() + READY_DEADLINE;
+        loop {
+            match spawn_ready(self.port, &self.dir, &self.options, deadline) {
+                Ok(c) => {
+                    *child = Some(c);
+                    return Ok(());
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(e),
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(_) => thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// Kills the server now and starts it again after `delay`, blocking the
+    /// caller for the whole time. Run it on a scoped thread to keep working
+    /// meanwhile.
+    ///
+    /// # Panics
+    ///
+    /// As [`kill`](Self::kill) and [`restart`](Self::restart).
+    pub fn restart_after(&self, delay: Duration) {
+        self.kill();
+        thread::sleep(delay);
+        self.restart();
+    }
+
+    /// A new connection with 2 s connect, read and write timeouts, using the
+    /// password if one is set.
+    ///
+    /// # Panics
+    ///
+    /// If the connection cannot be made.
+    pub fn connection(&self) -> redis::Connection {
+        self.try_connection()
+            .unwrap_or_else(|e| panic!("could not connect to {}: {e}", self.addr()))
+    }
+
+    /// A new connection with 2 s connect, read and write timeouts, using the
+    /// password if one is set.
+    pub fn try_connection(&self) -> redis::RedisResult<redis::Connection> {
+        connect(&self.url(), IO_TIMEOUT)
+    }
+
+    /// Sends one raw command on a new connection, e.g.
+    /// `server.cmd(&["DEBUG", "SLEEP", "0"])`.
+    ///
+    /// # Panics
+    ///
+    /// If `args` is empty.
+    pub fn cmd(&self, args: &[&str]) -> redis::RedisResult<redis::Value> {
+        let (name, rest) = args
+            .split_first()
+            .expect("RedisServer::cmd needs at least the command name");
+        let mut cmd = redis::cmd(name);
+        for arg in rest {
+            cmd.arg(*arg);
+        }
+        cmd.query(&mut self.try_connection()?)
+    }
+
+    /// Removes every key (`FLUSHALL`).
+    ///
+    /// # Panics
+    ///
+    /// If the command fails.
+    pub fn flushall(&self) {
+        self.query::<()>(&redis::cmd("FLUSHALL"));
+    }
+
+    /// Sets a key's time to live in milliseconds; `false` if the key does
+    /// not exist.
+    ///
+    /// # Panics
+    ///
+    /// If the command fails.
+    pub fn pexpire(&self, key: &str, ms: u64) -> bool {
+        self.query(redis::cmd("PEXPIRE").arg(key).arg(ms))
+    }
+
+    /// Deletes a key; `true` if it existed.
+    ///
+    /// # Panics
+    ///
+    /// If the command fails.
+    pub fn del(&self, key: &str) -> bool {
+        self.query::<u64>(redis::cmd("DEL").arg(key)) > 0
+    }
+
+    /// A key's remaining time to live in milliseconds, as `PTTL` reports it:
+    /// -1 without expiry, -2 if the key does not exist.
+    ///
+    /// # Panics
+    ///
+    /// If the command fails.
+    pub fn pttl(&self, key: &str) -> i64 {
+        self.query(redis::cmd("PTTL").arg(key))
+    }
+
+    /// A string key's value, `None` if it does not exist.
+    ///
+    /// # Panics
+    ///
+    /// If the command fails, e.g. the key holds another type.
+    pub fn get(&self, key: &str) -> Option<String> {
+        self.query(redis::cmd("GET").arg(key))
+    }
+
+    /// Whether a key exists.
+    ///
+    /// # Panics
+    ///
+    /// If the command fails.
+    pub fn exists(&self, key: &str) -> bool {
+        self.query::<u64>(redis::cmd("EXISTS").arg(key)) > 0
+    }
+
+    /// Keys matching a glob `pattern` (`KEYS`, fine on a test instance),
+    /// sorted.
+    ///
+    /// # Panics
+    ///
+    /// If the command fails.
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        let mut keys: Vec<String> = self.query(redis::cmd("KEYS").arg(pattern));
+        keys.sort();
+        keys
+    }
+
+    /// Calls per command since start (or `CONFIG RESETSTAT`), from `INFO
+    /// commandstats`, keyed by lower-case name such as `"evalsha"` (or
+    /// `"client|setname"` for subcommands). Commands never called are
+    /// absent.
+    ///
+    /// # Panics
+    ///
+    /// If the command fails.
+    pub fn commandstats(&self) -> HashMap<String, u64> {
+        let info: String = self.query(redis::cmd("INFO").arg("commandstats"));
+        parse_commandstats(&info)
+    }
+
+    /// The last `lines` lines of the server's log file (all processes this
+    /// server has been, across restarts).
+    pub fn log_tail(&self, lines: usize) -> String {
+        log_tail(&self.dir, lines)
+    }
+
+    fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
+        let result = self
+            .try_connection()
+            .and_then(|mut con| cmd.query(&mut con));
+        result.unwrap_or_else(|e| panic!("command on {} failed: {e}", self.addr()))
+    }
+
+    fn expect_pid(&self, what: &str) -> u32 {
+        match self.pid() {
+            Some(pid) => pid,
+            None => panic!(
+                "cannot {what} redis-server on {}: it is killed",
+                self.addr()
+            ),
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        // Runs during unwinding too: it must neither panic nor hang.
+        if let Some(mut child) = self.child.get_mut().take() {
+            if *self.stopped.get_mut() {
+                let _ = signal(child.id(), "-CONT");
+            }
+            let _ = kill_and_reap(&mut child);
+        }
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn make_temp_dir() -> io::Result<PathBuf> {
+    let n = NEXT_DIR.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("redfence-redis-{}-{n}", std::process::id()));
+    // A directory of the same name can only be a leftover of an earlier run
+    // whose pid was reused; its AOF must not leak into this server.
+    if dir.exists() {
+        fs::remove_dir_all(&dir)?;
+    }
+    fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+fn free_port() -> io::Result<u16> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Starts a process and waits until it answers PING. On failure the process
+/// is reaped and the error quotes the log.
+fn spawn_ready(
+    port: u16,
+    dir: &Path,
+    options: &ServerOptions,
+    deadline: Instant,
+) -> io::Result<Child> {
+    // Arguments that redis cannot parse are reported on stderr, before it
+    // opens its log file.
+    let stderr = fs::File::create(dir.join("stderr.log"))?;
+    let mut cmd = Command::new("redis-server");
+    cmd.arg("--port")
+        .arg(port.to_string())
+        .args(["--bind", "127.0.0.1", "--save", ""])
+        .arg("--dir")
+        .arg(dir)
+        .arg("--logfile")
+        .arg(dir.join("redis.log"))
+        .args(["--enable-debug-command", "local"]);
+    if options.aof_fsync_always {
+        cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+    } else {
+        cmd.args(["--appendonly", "no"]);
+    }
+    if let Some(pw) = &options.password {
+        cmd.arg("--requirepass").arg(pw);
+    }
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => io::Error::new(io::ErrorKind::NotFound, NOT_FOUND),
+            _ => io::Error::new(e.kind(), format!("could not run redis-server: {e}")),
+        })?;
+
+    let url = match &options.password {
+        Some(pw) => format!("redis://:{pw}@127.0.0.1:{port}/"),
+        None => format!("redis://127.0.0.1:{port}/"),
+    };
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(io::Error::other(format!(
+                "redis-server on port {port} exited with {status} during start-up\n{}",
+                startup_log(dir)
+            )));
+        }
+        let last_error = match ping(&url) {
+            Ok(()) => return Ok(child),
+            Err(e) => e,
+        };
+        if Instant::now() >= deadline {
+            let _ = kill_and_reap(&mut child);
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "redis-server on port {port} did not answer PING within {READY_DEADLINE:?} \
+                     (last error: {last_error})\n{}",
+                    startup_log(dir)
+                ),
+            ));
+        }
+        thread::sleep(POLL);
+    }
+}
+
+fn ping(url: &str) -> redis::RedisResult<()> {
+    let mut con = connect(url, Duration::from_millis(200))?;
+    redis::cmd("PING").query::<String>(&mut con).map(drop)
+}
+
+fn connect(url: &str, timeout: Duration) -> redis::RedisResult<redis::Connection> {
+    let con = redis::Client::open(url)?.get_connection_with_timeout(timeout)?;
+    con.set_read_timeout(Some(timeout))?;
+    con.set_write_timeout(Some(timeout))?;
+    Ok(con)
+}
+
+fn startup_log(dir: &Path) -> String {
+    let stderr = fs::read_to_string(dir.join("stderr.log")).unwrap_or_default();
+    format!(
+        "--- stderr ---\n{}\n--- last {LOG_LINES_IN_ERRORS} lines of {} ---\n{}",
+        stderr.trim_end(),
+        dir.join("redis.log").display(),
+        log_tail(dir, LOG_LINES_IN_ERRORS)
+    )
+}
+
+fn log_tail(dir: &Path, lines: usize) -> String {
+    let path = dir.join("redis.log");
+    match fs::read_to_string(&path) {
+        Ok(text) => {
+            let all: Vec<&str> = text.lines().collect();
+            all[all.len().saturating_sub(lines)..].join("\n")
+        }
+        Err(e) => format!("(could not read {}: {e})", path.display()),
+    }
+}
+
+fn signal(pid: u32, sig: &str) -> io::Result<()> {
+    let status = Command::new("kill")
+        .arg(sig)
+        .arg(pid.to_string())
+        .stderr(Stdio::null())
+        .status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "`kill {sig} {pid}` exited with {status}"
+        )))
+    }
+}
+
+fn kill_and_reap(child: &mut Child) -> io::Result<()> {
+    // Fails only if the process already exited, which the wait below covers.
+    let _ = child.kill();
+    let deadline = Instant::now() + REAP_DEADLINE;
+    loop {
+        if child.try_wait()?.is_some() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "process {} did not exit within {REAP_DEADLINE:?}",
+                    child.id()
+                ),
+            ));
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn parse_commandstats(info: &str) -> HashMap<String, u64> {
+    info.lines()
+        .filter_map(|line| {
+            let (name, fields) = line.trim().strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = fields
+                .split(',')
+                .find_map(|field| field.strip_prefix("calls="))?
+                .parse()
+                .ok()?;
+            Some((name.to_ascii_lowercase(), calls))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn process_exists(pid: u32) -> bool {
+        signal(pid, "-0").is_ok()
+    }
+
+    #[test]
+    fn parses_commandstats() {
+        let info = "# Commandstats\r\ncmdstat_evalsha:calls=3,usec=10,usec_per_call=3.33,\
+                    rejected_calls=0,failed_calls=0\r\ncmdstat_client|setname:calls=1,usec=1\r\n";
+        let stats = parse_commandstats(info);
+        assert_eq!(stats.get("evalsha"), Some(&3));
+        assert_eq!(stats.get("client|setname"), Some(&1));
+        assert_eq!(stats.len(), 2);
+    }
+
+    #[test]
+    fn start_stop_cont_kill_restart_without_aof() {
+        let server = RedisServer::start();
+        let mut con = server.connection();
+        let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+        assert_eq!(pong, "PONG");
+        assert!(server.is_running());
+
+        redis::cmd("SET").arg("k").arg("v").exec(&mut con).unwrap();
+        assert_eq!(server.get("k").as_deref(), Some("v"));
+        assert!(server.exists("k"));
+        assert!(server.pexpire("k", 60_000));
+        assert!(server.pttl("k") > 0);
+        assert_eq!(server.keys("*"), vec!["k".to_string()]);
+        assert!(server.commandstats().get("set").copied().unwrap_or(0) >= 1);
+
+        server.stop();
+        assert!(server.is_stopped());
+        con.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let err = redis::cmd("PING").query::<String>(&mut con).unwrap_err();
+        assert!(err.is_timeout(), "expected a timeout, got {err}");
+        server.cont();
+        assert!(!server.is_stopped());
+        assert_eq!(server.get("k").as_deref(), Some("v"));
+
+        let old_pid = server.pid().unwrap();
+        server.kill();
+        assert!(!server.is_running());
+        assert_eq!(server.pid(), None);
+        assert!(!process_exists(old_pid));
+
+        server.restart();
+        assert!(server.is_running());
+        assert_eq!(server.get("k"), None, "without AOF a kill loses data");
+        assert!(!server.del("nothing"));
+        assert!(server.cmd(&["DEBUG", "SLEEP", "0"]).is_ok());
+        assert!(!server.log_tail(5).is_empty());
+    }
+
+    #[test]
+    fn aof_fsync_always_survives_kill() {
+        let server = RedisServer::start_with(ServerOptions {
+            aof_fsync_always: true,
+            password: Some("s3cret".into()),
+        });
+        assert!(server.url().starts_with("redis://:s3cret@127.0.0.1:"));
+        server.cmd(&["SET", "k", "v"]).unwrap();
+        server.restart_after(Duration::from_millis(10));
+        assert_eq!(server.get("k").as_deref(), Some("v"));
+
+        let anonymous = format!("redis://127.0.0.1:{}/", server.port());
+        let mut con = connect(&anonymous, IO_TIMEOUT).unwrap();
+        assert!(redis::cmd("GET")
+            .arg("k")
+            .query::<String>(&mut con)
+            .is_err());
+    }
+
+    #[test]
+    fn drop_cleans_up_even_when_stopped() {
+        let server = RedisServer::start();
+        let pid = server.pid().unwrap();
+        let dir = server.dir.clone();
+        server.stop();
+        drop(server);
+        assert!(!process_exists(pid));
+        assert!(!dir.exists());
+    }
+}
