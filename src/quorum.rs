@@ -114,11 +114,7 @@ impl Instances {
                     let detail = e
                         .details()
                         .map_or_else(|| e.code().to_string(), |d| format!("{} {d}", e.code()));
-                    Vote::Failed(InstanceError::new(
-                        &self.list[index].name().to_string(),
-                        kind,
-                        detail,
-                    ))
+                    Vote::Failed(InstanceError::new(self.list[index].name(), kind, detail))
                 }
                 Ok(value) => match classify(value) {
                     Vote::Failed(e) => Vote::Failed(InstanceError::new(
