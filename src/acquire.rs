@@ -62,7 +62,7 @@ pub(crate) fn attempt(
         );
         // Sent to every instance, answered or not: a grant whose reply was
         // lost must not linger. Useless once the lease would have expired.
-        instances.broadcast_detached(&cmd, start + ttl);
+        instances.deliver(&cmd, start + ttl, false);
     };
 
     let quorum = instances.quorum();

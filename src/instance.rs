@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use redis::{ConnectionLike, Value};
 
 use crate::connection::{load_scripts, Conn, Manager};
@@ -19,6 +19,9 @@ use crate::error::{InstanceError, InstanceErrorKind};
 /// Most requests sent as one pipeline.
 const MAX_BATCH: usize = 256;
 
+/// Pause before retrying undelivered persistent requests.
+const RETRY_PAUSE: Duration = Duration::from_millis(20);
+
 /// One instance's answer to one request.
 pub(crate) type Reply = (usize, Result<Value, InstanceError>);
 
@@ -26,6 +29,9 @@ pub(crate) struct Request {
     pub packed: Arc<[u8]>,
     pub deadline: Instant,
     pub reply: Option<Sender<Reply>>,
+    /// Must reach the instance: retried after connection failures until
+    /// its deadline (releases, so no key outlives a failed attempt).
+    pub persistent: bool,
 }
 
 impl Request {
@@ -127,14 +133,35 @@ struct Worker {
 impl Worker {
     fn run(self, rx: Receiver<Request>) {
         let mut batch: Vec<Request> = Vec::with_capacity(MAX_BATCH);
-        while let Ok(first) = rx.recv() {
-            batch.push(first);
-            batch.extend(rx.try_iter().take(MAX_BATCH - 1));
+        // Persistent requests that could not be delivered yet, oldest first;
+        // they go out ahead of newer requests to keep each instance's order.
+        let mut undelivered: Vec<Request> = Vec::new();
+        loop {
+            let next = if undelivered.is_empty() {
+                rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
+            } else {
+                rx.recv_timeout(RETRY_PAUSE)
+            };
+            batch.append(&mut undelivered);
+            match next {
+                Ok(first) => batch.push(first),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    // Shutting down: one last try for what is still owed.
+                    self.serve(&mut batch);
+                    return;
+                }
+            }
+            let room = MAX_BATCH.saturating_sub(batch.len()).max(1);
+            batch.extend(rx.try_iter().take(room));
             self.serve(&mut batch);
-            batch.clear();
+            undelivered.extend(batch.drain(..).filter(|r| r.persistent));
         }
     }
 
+    /// Sends the batch and answers every request. Persistent requests that
+    /// failed for lack of a connection stay in `batch` for a later retry;
+    /// everything else is removed.
     fn serve(&self, batch: &mut Vec<Request>) {
         let now = Instant::now();
         batch.retain_mut(|req| {
@@ -153,20 +180,22 @@ impl Worker {
             return;
         };
         let wait = latest.saturating_duration_since(now).min(self.timeout);
-        let mut conn = match self.pool.get_timeout(wait) {
-            Ok(conn) => conn,
+        let results = match self.pool.get_timeout(wait) {
+            Ok(mut conn) => self.execute(&mut conn, batch),
             Err(e) => {
                 let err = InstanceError::new(&self.name, InstanceErrorKind::Connect, e.to_string());
-                for req in batch.iter_mut() {
-                    req.answer(self.index, Err(err.clone()));
-                }
-                return;
+                vec![Err(err); batch.len()]
             }
         };
-        let results = self.execute(&mut conn, batch);
-        for (req, result) in batch.iter_mut().zip(results) {
+        let mut retry = Vec::new();
+        for (mut req, result) in batch.drain(..).zip(results) {
+            let undelivered = matches!(&result, Err(e) if e.kind() != InstanceErrorKind::Server);
             req.answer(self.index, result);
+            if req.persistent && undelivered {
+                retry.push(req);
+            }
         }
+        *batch = retry;
     }
 
     /// Sends the batch as one pipeline and reads the replies in order. The

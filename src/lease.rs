@@ -169,12 +169,7 @@ pub(crate) fn send_release(
     lease.changed.notify_all();
     // Worth delivering until the key would have expired anyway.
     let deadline = Instant::now() + st.ttl;
-    if wait {
-        Some(shared.instances.broadcast(&cmd, deadline))
-    } else {
-        shared.instances.broadcast_detached(&cmd, deadline);
-        None
-    }
+    shared.instances.deliver(&cmd, deadline, wait)
 }
 
 /// Releases and reports whether a quorum confirmed it.

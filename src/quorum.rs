@@ -62,23 +62,37 @@ impl Instances {
     /// channel, tagged with the instance's index.
     pub fn broadcast(&self, packed: &Arc<[u8]>, deadline: Instant) -> Receiver<Reply> {
         let (tx, rx) = crossbeam_channel::bounded(self.list.len());
-        for instance in &self.list {
-            instance.send(Request {
-                packed: Arc::clone(packed),
-                deadline,
-                reply: Some(tx.clone()),
-            });
-        }
+        self.send_all(packed, deadline, Some(tx), false);
         rx
     }
 
-    /// Queues the command on every instance without waiting for answers.
-    pub fn broadcast_detached(&self, packed: &Arc<[u8]>, deadline: Instant) {
+    /// Queues a command that must reach every instance (a release): a
+    /// worker that cannot deliver it keeps retrying until `deadline`, even
+    /// after the caller stopped waiting. Answers are returned if `wait`.
+    pub fn deliver(&self, packed: &Arc<[u8]>, deadline: Instant, wait: bool) -> Option<Receiver<Reply>> {
+        if wait {
+            let (tx, rx) = crossbeam_channel::bounded(self.list.len());
+            self.send_all(packed, deadline, Some(tx), true);
+            Some(rx)
+        } else {
+            self.send_all(packed, deadline, None, true);
+            None
+        }
+    }
+
+    fn send_all(
+        &self,
+        packed: &Arc<[u8]>,
+        deadline: Instant,
+        reply: Option<crossbeam_channel::Sender<Reply>>,
+        persistent: bool,
+    ) {
         for instance in &self.list {
             instance.send(Request {
                 packed: Arc::clone(packed),
                 deadline,
-                reply: None,
+                reply: reply.clone(),
+                persistent,
             });
         }
     }

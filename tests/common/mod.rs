@@ -1,0 +1,45 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+use redfence::testing::RedisCluster;
+use redfence::{Redlock, RedlockBuilder};
+
+/// A builder for a client over every server of the cluster.
+pub fn builder(cluster: &RedisCluster) -> RedlockBuilder {
+    Redlock::builder(cluster.urls())
+}
+
+/// A client with default settings over the cluster.
+pub fn client(cluster: &RedisCluster) -> Redlock {
+    builder(cluster).build().expect("client builds")
+}
+
+/// Polls `cond` until it holds or `timeout` passes; returns whether it held.
+pub fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+pub fn lock_key(resource: &str) -> String {
+    format!("redfence:lock:{{{resource}}}")
+}
+
+pub fn fence_key(resource: &str) -> String {
+    format!("redfence:fence:{{{resource}}}")
+}
+
+/// How many servers hold the resource's lock key.
+pub fn holders(cluster: &RedisCluster, resource: &str) -> usize {
+    let key = lock_key(resource);
+    cluster.iter().filter(|s| s.exists(&key)).count()
+}
