@@ -1,7 +1,10 @@
 //! Connections to one instance: an r2d2 manager that sets timeouts and
 //! preloads the scripts.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use redis::{ConnectionInfo, ConnectionLike, RedisError};
 
@@ -16,6 +19,10 @@ pub(crate) struct Conn {
 pub(crate) struct Manager {
     client: redis::Client,
     timeout: Duration,
+    /// Why the last connection attempt failed: r2d2 only passes on a
+    /// message, and the worker wants to tell a refused password from a
+    /// refused connection.
+    last_error: Arc<Mutex<Option<RedisError>>>,
 }
 
 impl Manager {
@@ -23,15 +30,15 @@ impl Manager {
         Ok(Manager {
             client: redis::Client::open(info)?,
             timeout,
+            last_error: Arc::default(),
         })
     }
-}
 
-impl r2d2::ManageConnection for Manager {
-    type Connection = Conn;
-    type Error = RedisError;
+    pub fn last_error(&self) -> Arc<Mutex<Option<RedisError>>> {
+        Arc::clone(&self.last_error)
+    }
 
-    fn connect(&self) -> Result<Conn, RedisError> {
+    fn try_connect(&self) -> Result<Conn, RedisError> {
         let inner = self.client.get_connection_with_timeout(self.timeout)?;
         inner.set_read_timeout(Some(self.timeout))?;
         inner.set_write_timeout(Some(self.timeout))?;
@@ -41,6 +48,17 @@ impl r2d2::ManageConnection for Manager {
         };
         load_scripts(&mut conn)?;
         Ok(conn)
+    }
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = RedisError;
+
+    fn connect(&self) -> Result<Conn, RedisError> {
+        let result = self.try_connect();
+        *self.last_error.lock() = result.as_ref().err().cloned();
+        result
     }
 
     fn is_valid(&self, conn: &mut Conn) -> Result<(), RedisError> {

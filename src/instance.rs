@@ -61,6 +61,7 @@ pub(crate) struct InstanceConfig {
 
 impl Instance {
     pub fn start(cfg: InstanceConfig) -> std::io::Result<Self> {
+        let connect_error = cfg.manager.last_error();
         let pool = r2d2::Pool::builder()
             .max_size(1)
             .min_idle(Some(0))
@@ -73,6 +74,7 @@ impl Instance {
             .build_unchecked(cfg.manager);
         let (tx, rx) = crossbeam_channel::bounded(cfg.queue_capacity);
         let worker = Worker {
+            connect_error,
             index: cfg.index,
             name: cfg.name.clone(),
             pool,
@@ -124,6 +126,7 @@ impl Drop for Instance {
 }
 
 struct Worker {
+    connect_error: Arc<parking_lot::Mutex<Option<redis::RedisError>>>,
     index: usize,
     name: String,
     pool: r2d2::Pool<Manager>,
@@ -183,7 +186,15 @@ impl Worker {
         let results = match self.pool.get_timeout(wait) {
             Ok(mut conn) => self.execute(&mut conn, batch),
             Err(e) => {
-                let err = InstanceError::new(&self.name, InstanceErrorKind::Connect, e.to_string());
+                let err = match &*self.connect_error.lock() {
+                    Some(cause)
+                        if InstanceError::from_redis(&self.name, cause).kind()
+                            == InstanceErrorKind::Auth =>
+                    {
+                        InstanceError::from_redis(&self.name, cause)
+                    }
+                    _ => InstanceError::new(&self.name, InstanceErrorKind::Connect, e.to_string()),
+                };
                 vec![Err(err); batch.len()]
             }
         };

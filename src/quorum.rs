@@ -69,7 +69,12 @@ impl Instances {
     /// Queues a command that must reach every instance (a release): a
     /// worker that cannot deliver it keeps retrying until `deadline`, even
     /// after the caller stopped waiting. Answers are returned if `wait`.
-    pub fn deliver(&self, packed: &Arc<[u8]>, deadline: Instant, wait: bool) -> Option<Receiver<Reply>> {
+    pub fn deliver(
+        &self,
+        packed: &Arc<[u8]>,
+        deadline: Instant,
+        wait: bool,
+    ) -> Option<Receiver<Reply>> {
         if wait {
             let (tx, rx) = crossbeam_channel::bounded(self.list.len());
             self.send_all(packed, deadline, Some(tx), true);

@@ -1,0 +1,200 @@
+//! Bad input gets a clear error: never a panic, never a hang.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{client, fence_key, lock_key};
+use redfence::testing::{RedisCluster, RedisServer, ServerOptions};
+use redfence::{Error, InstanceErrorKind, LockOptions, Redlock, MAX_RESOURCE_LEN};
+
+fn config_error(result: Result<Redlock, Error>) -> String {
+    match result {
+        Err(Error::InvalidConfig { reason }) => reason,
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+}
+
+#[test]
+fn configuration_mistakes_are_refused_with_a_reason() {
+    let none: [&str; 0] = [];
+    assert!(config_error(Redlock::new(none)).contains("no instances"));
+    let dup = config_error(Redlock::new([
+        "redis://127.0.0.1:7001",
+        "redis://127.0.0.1:7001/0",
+        "redis://127.0.0.1:7002",
+    ]));
+    assert!(dup.contains("listed twice"), "{dup}");
+    let bad = config_error(Redlock::new([
+        "redis://127.0.0.1:7001",
+        "not a url",
+        "redis://127.0.0.1:7002",
+    ]));
+    assert!(bad.contains("instance #1"), "{bad}");
+    let even = config_error(Redlock::new([
+        "redis://127.0.0.1:7001",
+        "redis://127.0.0.1:7002",
+    ]));
+    assert!(even.contains("even"), "{even}");
+    Redlock::builder(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002"])
+        .allow_even_instances(true)
+        .build()
+        .expect("even count allowed when asked for");
+    let one = ["redis://127.0.0.1:7001"];
+    let prefix = config_error(Redlock::builder(one).key_prefix("app{x}").build());
+    assert!(prefix.contains("hash tag"), "{prefix}");
+    let drift = config_error(
+        Redlock::builder(one)
+            .clock_drift(f64::NAN, Duration::ZERO)
+            .build(),
+    );
+    assert!(drift.contains("drift"), "{drift}");
+    let timeout = config_error(
+        Redlock::builder(one)
+            .instance_timeout(Duration::ZERO)
+            .build(),
+    );
+    assert!(timeout.contains("instance_timeout"), "{timeout}");
+    let defaults = config_error(
+        Redlock::builder(one)
+            .default_options(LockOptions::new().ttl(Duration::from_millis(50)))
+            .build(),
+    );
+    assert!(defaults.contains("default options"), "{defaults}");
+}
+
+#[test]
+fn credentials_in_urls_never_appear_in_errors() {
+    let reason = config_error(Redlock::new([
+        "redis://:s3cret@127.0.0.1:7001",
+        "redis://:s3cret@127.0.0.1:7001",
+        "redis://127.0.0.1:7002",
+    ]));
+    assert!(!reason.contains("s3cret"), "{reason}");
+}
+
+#[test]
+fn bad_resource_names_and_options_are_refused() {
+    let cluster = RedisCluster::start(1);
+    let locks = client(&cluster);
+    assert!(matches!(locks.lock(""), Err(Error::InvalidResource { .. })));
+    let long = "r".repeat(MAX_RESOURCE_LEN + 1);
+    assert!(matches!(
+        locks.try_lock(&long),
+        Err(Error::InvalidResource { .. })
+    ));
+    let opts = |ttl| LockOptions::new().ttl(ttl);
+    for ttl in [
+        Duration::ZERO,
+        Duration::from_micros(500),
+        Duration::from_millis(100),
+    ] {
+        match locks.lock_with("x", opts(ttl)) {
+            Err(Error::InvalidOptions { reason }) => assert!(reason.contains("ttl"), "{reason}"),
+            other => panic!("ttl {ttl:?}: expected InvalidOptions, got {other:?}"),
+        }
+    }
+    assert!(matches!(
+        locks.lock_with("x", opts(Duration::from_secs(31 * 24 * 3600))),
+        Err(Error::InvalidOptions { .. })
+    ));
+    assert!(matches!(
+        locks.lock_with("x", LockOptions::new().wait(Duration::MAX)),
+        Err(Error::InvalidOptions { .. })
+    ));
+    // Nothing was written for any of them.
+    assert!(cluster.server(0).keys("*").is_empty());
+    let guard = locks.lock("x").unwrap();
+    assert!(matches!(
+        guard.extend(Duration::ZERO),
+        Err(Error::InvalidOptions { .. })
+    ));
+}
+
+#[test]
+fn keys_of_the_wrong_type_are_an_error_not_contention() {
+    let cluster = RedisCluster::start(3);
+    let locks = client(&cluster);
+    for server in cluster.iter() {
+        server
+            .cmd(&["HSET", &lock_key("hashed"), "f", "v"])
+            .unwrap();
+        server.cmd(&["RPUSH", &fence_key("listed"), "v"]).unwrap();
+        server
+            .cmd(&["SET", &fence_key("texty"), "not-a-number"])
+            .unwrap();
+    }
+    for resource in ["hashed", "listed", "texty"] {
+        let start = Instant::now();
+        match locks.lock(resource) {
+            Err(Error::WrongType { errors, .. }) => {
+                assert!(!errors.is_empty());
+                assert!(errors
+                    .iter()
+                    .all(|e| e.kind() == InstanceErrorKind::WrongType));
+            }
+            other => panic!("{resource}: expected WrongType, got {other:?}"),
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "wrong type must not be retried"
+        );
+        // The lock key was not set next to a broken counter.
+        if resource != "hashed" {
+            assert!(!cluster.server(0).exists(&lock_key(resource)));
+        }
+    }
+}
+
+#[test]
+fn authentication_failures_are_reported_per_instance() {
+    let options = ServerOptions {
+        password: Some("right".to_string()),
+        ..ServerOptions::default()
+    };
+    let servers: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_with(options.clone()))
+        .collect();
+    let urls: Vec<String> = servers
+        .iter()
+        .map(|s| format!("redis://:wrong@127.0.0.1:{}/", s.port()))
+        .collect();
+    let locks = Redlock::new(urls).unwrap();
+    match locks.try_lock("secret") {
+        Err(Error::Unavailable { errors, .. }) => {
+            assert_eq!(
+                errors.len(),
+                2,
+                "decided once no quorum was possible: {errors:?}"
+            );
+            for e in &errors {
+                assert!(
+                    e.kind() == InstanceErrorKind::Auth || e.detail().contains("WRONGPASS"),
+                    "{e}"
+                );
+                assert!(!e.to_string().contains("wrong@"), "credentials leaked: {e}");
+            }
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    let good: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let locks = builder_from(good);
+    let _guard = locks.try_lock("secret").expect("right password works");
+}
+
+fn builder_from(urls: Vec<String>) -> Redlock {
+    Redlock::new(urls).unwrap()
+}
+
+#[test]
+fn unreachable_instances_fail_fast_without_panicking() {
+    // Ports nothing listens on: connection refused.
+    let cluster = RedisCluster::start(1);
+    let port = cluster.server(0).port();
+    drop(cluster);
+    let locks = builder_from(vec![format!("redis://127.0.0.1:{port}/")]);
+    let start = Instant::now();
+    let err = locks.try_lock("nowhere").unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    assert!(start.elapsed() < Duration::from_secs(1));
+}

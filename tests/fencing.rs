@@ -1,0 +1,138 @@
+//! Fencing tokens stay strictly increasing when counters diverge, are lost
+//! or expire.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{builder, client, eventually, fence_key};
+use redfence::testing::RedisCluster;
+use redfence::LockOptions;
+
+fn token_of(locks: &redfence::Redlock, resource: &str) -> u64 {
+    let guard = locks.lock(resource).expect("lock");
+    let token = guard.token().get();
+    guard.release().expect("release");
+    token
+}
+
+#[test]
+fn tokens_increase_with_each_grant() {
+    let cluster = RedisCluster::start(5);
+    let locks = client(&cluster);
+    let tokens: Vec<u64> = (0..20).map(|_| token_of(&locks, "seq")).collect();
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    // A fresh counter is seeded from the instance clock in microseconds.
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    let first = tokens[0];
+    assert!(
+        first > now_us - 60_000_000 && first < now_us + 60_000_000,
+        "{first} vs {now_us}"
+    );
+}
+
+#[test]
+fn diverged_counters_still_give_increasing_tokens() {
+    let cluster = RedisCluster::start(5);
+    let locks = client(&cluster);
+    let key = fence_key("diverged");
+    // Each round, one instance's counter is far ahead of the others and is
+    // then made unreachable for the next grant.
+    let mut last = 0;
+    for (round, high) in [4usize, 0, 2].into_iter().enumerate() {
+        let base = 1_000_000 * (round as u64 + 1);
+        for (i, server) in cluster.iter().enumerate() {
+            let value = if i == high { base + 500_000 } else { base };
+            // Counters only ever go up in real life; keep that here.
+            let value = value.max(last + 1);
+            server.cmd(&["SET", &key, &value.to_string()]).unwrap();
+        }
+        let first = token_of(&locks, "diverged");
+        assert!(first > last, "round {round}: {first} after {last}");
+        cluster.stop(&[high]);
+        let second = token_of(&locks, "diverged");
+        cluster.cont(&[high]);
+        assert!(second > first, "round {round}: {second} after {first}");
+        last = second;
+    }
+}
+
+#[test]
+fn a_raise_round_lifts_the_lagging_counters() {
+    let cluster = RedisCluster::start(3);
+    let locks = client(&cluster);
+    let key = fence_key("raise");
+    // Two of three agree, one is ahead: any quorum of two that includes the
+    // high one disagrees and must raise; one that does not agrees.
+    cluster.server(0).cmd(&["SET", &key, "5000"]).unwrap();
+    cluster.server(1).cmd(&["SET", &key, "100"]).unwrap();
+    cluster.server(2).cmd(&["SET", &key, "100"]).unwrap();
+    cluster.stop(&[2]);
+    let token = token_of(&locks, "raise");
+    cluster.cont(&[2]);
+    assert_eq!(token, 5001);
+    // The quorum {0, 1} was raised to at least the token.
+    let low: u64 = cluster.server(1).get(&key).unwrap().parse().unwrap();
+    assert!(low >= 5001, "lagging counter not raised: {low}");
+}
+
+#[test]
+fn data_loss_on_every_instance_keeps_tokens_increasing() {
+    let cluster = RedisCluster::start(5);
+    let locks = client(&cluster);
+    let t1 = token_of(&locks, "lossy");
+    let t2 = token_of(&locks, "lossy");
+    cluster.flushall_all();
+    let t3 = token_of(&locks, "lossy");
+    for i in 0..5 {
+        cluster.server(i).kill();
+        cluster.server(i).restart();
+    }
+    let t4 = token_of(&locks, "lossy");
+    assert!(t1 < t2 && t2 < t3 && t3 < t4, "{t1} {t2} {t3} {t4}");
+}
+
+#[test]
+fn expired_counters_restart_above_earlier_tokens() {
+    let cluster = RedisCluster::start(3);
+    let locks = builder(&cluster)
+        .fence_idle_expiry(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let key = fence_key("idle");
+    let t1 = token_of(&locks, "idle");
+    for server in cluster.iter() {
+        let pttl = server.pttl(&key);
+        assert!(
+            pttl > 0 && pttl <= 1000,
+            "counter idle expiry not set: {pttl}"
+        );
+    }
+    assert!(eventually(Duration::from_secs(5), || cluster
+        .iter()
+        .all(|s| !s.exists(&key))));
+    let t2 = token_of(&locks, "idle");
+    assert!(t2 > t1, "{t2} after {t1}");
+}
+
+#[test]
+fn tokens_differ_per_resource_but_each_increases() {
+    let cluster = RedisCluster::start(3);
+    let locks = client(&cluster);
+    let opts = LockOptions::new().auto_extend(false);
+    let a1 = locks.lock_with("a", opts).unwrap();
+    let b1 = locks.lock_with("b", opts).unwrap();
+    let (ta, tb) = (a1.token(), b1.token());
+    drop((a1, b1));
+    assert!(eventually(Duration::from_secs(2), || common::holders(
+        &cluster, "a"
+    ) == 0));
+    assert!(locks.lock("a").unwrap().token() > ta);
+    assert!(eventually(Duration::from_secs(2), || common::holders(
+        &cluster, "b"
+    ) == 0));
+    assert!(locks.lock("b").unwrap().token() > tb);
+}
