@@ -34,6 +34,8 @@ pub(crate) struct State {
     pub lost: Option<LossReason>,
     pub extensions: u32,
     pub failed_rounds: u32,
+    /// Reason given when the validity runs out without an extension.
+    pub expiry_reason: LossReason,
     listeners: Vec<Sender<LossReason>>,
 }
 
@@ -53,6 +55,7 @@ impl Lease {
                 lost: None,
                 extensions: 0,
                 failed_rounds: 0,
+                expiry_reason: LossReason::Expired,
                 listeners: Vec::new(),
             }),
             changed: Condvar::new(),
@@ -76,7 +79,8 @@ impl Lease {
             return Some(LossReason::Released);
         }
         if st.lost.is_none() && now >= st.valid_until {
-            self.mark_lost_locked(st, LossReason::Expired);
+            let reason = st.expiry_reason;
+            self.mark_lost_locked(st, reason);
         }
         st.lost
     }

@@ -126,11 +126,15 @@ impl Runner {
     /// watchdog extends it, else the end of its validity (to signal loss).
     fn schedule_next(&mut self, weak: Weak<Lease>) {
         let Some(lease) = weak.upgrade() else { return };
-        let st = lease.state();
+        let mut st = lease.state();
         if st.released || st.lost.is_some() {
             return;
         }
-        let at = if lease.auto_extend && self.may_extend(&lease, st.extensions) {
+        let may_extend = self.may_extend(&lease, st.extensions);
+        if lease.auto_extend && !may_extend {
+            st.expiry_reason = LossReason::ExtensionLimit;
+        }
+        let at = if lease.auto_extend && may_extend {
             if st.failed_rounds > 0 {
                 Instant::now() + self.retry_interval(st.ttl)
             } else {
@@ -178,15 +182,15 @@ impl Runner {
         let shared = Arc::clone(&self.shared);
         let mut pending = Vec::new();
         for lease in &due {
-            let (ttl, extensions, valid_until) = {
+            let (ttl, extensions) = {
                 let st = lease.state();
-                (st.ttl, st.extensions, st.valid_until)
+                (st.ttl, st.extensions)
             };
             let capped = lease.auto_extend && !self.may_extend(lease, extensions);
-            if capped && now >= valid_until {
-                lease.mark_lost(LossReason::ExtensionLimit);
+            if capped {
+                lease.state().expiry_reason = LossReason::ExtensionLimit;
             }
-            // Marks the lease expired if its validity is over.
+            // Marks the lease lost if its validity is over.
             if lease.loss().is_some() || !lease.auto_extend || capped {
                 continue;
             }

@@ -42,7 +42,8 @@ fn release_frees_the_lock_on_every_instance() {
     assert_eq!(holders(&cluster, "job:nightly"), 5);
     guard.release().unwrap();
     assert!(
-        eventually(Duration::from_secs(2), || holders(&cluster, "job:nightly") == 0),
+        eventually(Duration::from_secs(2), || holders(&cluster, "job:nightly")
+            == 0),
         "lock keys left behind after release"
     );
 }
@@ -56,7 +57,9 @@ fn dropping_the_guard_releases_it() {
         let _guard = locks.lock("drop-me").unwrap();
         assert!(other.try_lock("drop-me").is_err());
     }
-    assert!(eventually(Duration::from_secs(2), || holders(&cluster, "drop-me") == 0));
+    assert!(eventually(Duration::from_secs(2), || holders(
+        &cluster, "drop-me"
+    ) == 0));
     let _again = other.try_lock("drop-me").expect("free after drop");
 }
 
@@ -72,8 +75,14 @@ fn lock_waits_for_the_holder_and_respects_its_budget() {
         other => panic!("expected Contended, got {other:?}"),
     }
     let elapsed = start.elapsed();
-    assert!(elapsed >= Duration::from_millis(200), "gave up early: {elapsed:?}");
-    assert!(elapsed < Duration::from_millis(1500), "overran its budget: {elapsed:?}");
+    assert!(
+        elapsed >= Duration::from_millis(200),
+        "gave up early: {elapsed:?}"
+    );
+    assert!(
+        elapsed < Duration::from_millis(1500),
+        "overran its budget: {elapsed:?}"
+    );
 
     // Released from another thread while we wait: we get it.
     let waiter = std::thread::spawn({
@@ -83,7 +92,10 @@ fn lock_waits_for_the_holder_and_respects_its_budget() {
     std::thread::sleep(Duration::from_millis(150));
     let first_token = held.token();
     held.release().unwrap();
-    let guard = waiter.join().unwrap().expect("waiter acquires after release");
+    let guard = waiter
+        .join()
+        .unwrap()
+        .expect("waiter acquires after release");
     assert!(guard.token() > first_token);
 }
 
@@ -168,7 +180,10 @@ fn a_stopped_majority_gives_unavailable_within_a_bound() {
             assert_eq!(errors.len(), 3, "one error per stopped instance: {err}");
             for e in errors {
                 assert!(
-                    matches!(e.kind(), InstanceErrorKind::Timeout | InstanceErrorKind::Connect),
+                    matches!(
+                        e.kind(),
+                        InstanceErrorKind::Timeout | InstanceErrorKind::Connect
+                    ),
                     "{e}"
                 );
             }
@@ -177,7 +192,9 @@ fn a_stopped_majority_gives_unavailable_within_a_bound() {
     }
     assert!(elapsed < Duration::from_secs(2), "took {elapsed:?}");
     // No keys left behind once the instances are back.
-    assert!(eventually(Duration::from_secs(3), || holders(&cluster, "majority") == 0));
+    assert!(eventually(Duration::from_secs(3), || holders(
+        &cluster, "majority"
+    ) == 0));
 }
 
 #[test]
@@ -189,17 +206,30 @@ fn releasing_an_expired_lease_is_lost_and_spares_the_new_holder() {
         .ttl(Duration::from_millis(300))
         .auto_extend(false);
     let stale = locks.lock_with("lease", opts).unwrap();
-    assert_eq!(stale.wait_lost(Duration::from_secs(2)), Some(LossReason::Expired));
+    assert_eq!(
+        stale.wait_lost(Duration::from_secs(2)),
+        Some(LossReason::Expired)
+    );
     assert!(!stale.is_held());
     assert_eq!(stale.validity(), Duration::ZERO);
     let fresh = eventually(Duration::from_secs(2), || holders(&cluster, "lease") == 0)
         .then(|| other.lock("lease").unwrap())
         .expect("old lease expires on the instances");
     let value_of_new_holder = cluster.server(0).get(&lock_key("lease"));
-    assert!(matches!(stale.extend(Duration::from_secs(1)), Err(Error::Lost { .. })));
+    assert!(matches!(
+        stale.extend(Duration::from_secs(1)),
+        Err(Error::Lost { .. })
+    ));
     assert!(matches!(stale.release(), Err(Error::Lost { .. })));
-    assert_eq!(holders(&cluster, "lease"), 3, "the new holder's keys must stay");
-    assert_eq!(cluster.server(0).get(&lock_key("lease")), value_of_new_holder);
+    assert_eq!(
+        holders(&cluster, "lease"),
+        3,
+        "the new holder's keys must stay"
+    );
+    assert_eq!(
+        cluster.server(0).get(&lock_key("lease")),
+        value_of_new_holder
+    );
     assert!(fresh.is_held());
 }
 
@@ -243,5 +273,7 @@ fn ping_reports_each_instance() {
     cluster.cont(&[1]);
     assert!(report[0].1.is_ok() && report[2].1.is_ok());
     assert!(report[1].1.is_err(), "{report:?}");
-    assert!(report[1].0.ends_with(&format!(":{}/0", cluster.server(1).port())));
+    assert!(report[1]
+        .0
+        .ends_with(&format!(":{}/0", cluster.server(1).port())));
 }

@@ -1,0 +1,217 @@
+//! The watchdog keeps leases of live guards alive, bounds its retries, and
+//! signals loss the moment a lease can no longer be kept.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{builder, client, eventually, holders, lock_key};
+use redfence::testing::RedisCluster;
+use redfence::{Error, LockOptions, LossReason};
+
+fn short(ttl_ms: u64) -> LockOptions {
+    LockOptions::new().ttl(Duration::from_millis(ttl_ms))
+}
+
+fn evalsha_calls(cluster: &RedisCluster, i: usize) -> u64 {
+    cluster
+        .server(i)
+        .commandstats()
+        .get("evalsha")
+        .copied()
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_held_guard_outlives_its_ttl() {
+    let cluster = RedisCluster::start(5);
+    let locks = client(&cluster);
+    let rival = client(&cluster);
+    let guard = locks.lock_with("long-job", short(1000)).unwrap();
+    let end = Instant::now() + Duration::from_millis(3500);
+    let mut max_pttl_seen = 0;
+    while Instant::now() < end {
+        assert!(
+            guard.is_held(),
+            "lease lost while the watchdog should keep it"
+        );
+        assert!(matches!(
+            rival.try_lock("long-job"),
+            Err(Error::Contended { .. })
+        ));
+        let pttl = cluster.server(0).pttl(&lock_key("long-job"));
+        assert!(pttl > 0, "key expired on the instance: {pttl}");
+        max_pttl_seen = max_pttl_seen.max(pttl);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(max_pttl_seen > 500, "PTTL never refreshed: {max_pttl_seen}");
+    guard.ensure_held().unwrap();
+    guard.release().unwrap();
+}
+
+#[test]
+fn a_stopped_majority_marks_the_guard_lost_before_its_validity_ends() {
+    let cluster = RedisCluster::start(5);
+    let locks = client(&cluster);
+    let guard = locks.lock_with("fragile", short(1500)).unwrap();
+    let signal = guard.loss_signal();
+    cluster.stop(&[0, 1, 2]);
+    let stopped_at = Instant::now();
+    // The validity at this point is the latest moment the lease may end.
+    let deadline = stopped_at + guard.validity();
+    let reason = guard
+        .wait_lost(Duration::from_secs(5))
+        .expect("loss signalled");
+    let lost_at = Instant::now();
+    assert!(
+        matches!(reason, LossReason::ExtensionFailed | LossReason::Expired),
+        "{reason:?}"
+    );
+    assert!(
+        lost_at <= deadline + Duration::from_millis(50),
+        "signalled late"
+    );
+    assert!(!guard.is_held());
+    assert!(matches!(guard.ensure_held(), Err(Error::Lost { .. })));
+    assert_eq!(signal.recv_timeout(Duration::from_secs(1)), Ok(reason));
+    let calls_before = evalsha_calls(&cluster, 3);
+    cluster.cont(&[0, 1, 2]);
+    // Nothing re-extends the lease: it expires everywhere and stays gone.
+    assert!(
+        eventually(Duration::from_secs(3), || holders(&cluster, "fragile") == 0),
+        "a lost lease was kept alive"
+    );
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(holders(&cluster, "fragile"), 0);
+    assert_eq!(
+        evalsha_calls(&cluster, 3),
+        calls_before,
+        "extension after loss"
+    );
+    assert!(matches!(guard.release(), Err(Error::Lost { .. })));
+}
+
+#[test]
+fn a_stopped_minority_does_not_cost_the_lease() {
+    let cluster = RedisCluster::start(5);
+    let locks = client(&cluster);
+    let guard = locks.lock_with("sturdy", short(1000)).unwrap();
+    cluster.stop(&[3, 4]);
+    let stopped_calls = evalsha_calls(&cluster, 0);
+    assert_eq!(guard.wait_lost(Duration::from_millis(3000)), None);
+    assert!(guard.is_held());
+    assert!(
+        evalsha_calls(&cluster, 0) >= stopped_calls + 3,
+        "extensions kept going"
+    );
+    assert!(cluster.server(0).pttl(&lock_key("sturdy")) > 0);
+    cluster.cont(&[3, 4]);
+    guard.release().unwrap();
+}
+
+#[test]
+fn a_key_deleted_behind_our_back_is_detected_and_the_new_holder_spared() {
+    let cluster = RedisCluster::start(5);
+    let locks = client(&cluster);
+    let rival = client(&cluster);
+    let guard = locks.lock_with("stolen", short(1500)).unwrap();
+    // Stands in for a clock jump: the key vanishes on a majority.
+    for i in [0, 1, 2] {
+        assert!(cluster.server(i).del(&lock_key("stolen")));
+    }
+    let thief = rival.try_lock("stolen").expect("a majority is free");
+    let thief_value = cluster.server(0).get(&lock_key("stolen"));
+    assert!(thief.token() > guard.token());
+    let reason = guard
+        .wait_lost(Duration::from_secs(3))
+        .expect("loss detected");
+    assert_eq!(reason, LossReason::NotHeld);
+    for i in [0, 1, 2] {
+        assert_eq!(cluster.server(i).get(&lock_key("stolen")), thief_value);
+    }
+    assert!(matches!(guard.release(), Err(Error::Lost { .. })));
+    assert_eq!(cluster.server(0).get(&lock_key("stolen")), thief_value);
+    assert!(thief.is_held());
+}
+
+#[test]
+fn release_and_drop_stop_the_extensions() {
+    let cluster = RedisCluster::start(3);
+    let locks = client(&cluster);
+    let ttl = Duration::from_millis(600);
+    for how in ["release", "drop"] {
+        let guard = locks.lock_with(how, LockOptions::new().ttl(ttl)).unwrap();
+        std::thread::sleep(ttl); // let a few extensions happen
+        let extended = evalsha_calls(&cluster, 0);
+        if how == "release" {
+            guard.release().unwrap();
+        } else {
+            drop(guard);
+        }
+        assert!(eventually(Duration::from_secs(1), || holders(
+            &cluster, how
+        ) == 0));
+        let after_release = evalsha_calls(&cluster, 0);
+        assert!(after_release > extended, "release itself is one call");
+        std::thread::sleep(ttl * 2);
+        assert_eq!(
+            evalsha_calls(&cluster, 0),
+            after_release,
+            "{how}: extended after release"
+        );
+    }
+}
+
+#[test]
+fn without_auto_extend_the_lease_simply_runs_out() {
+    let cluster = RedisCluster::start(3);
+    let locks = client(&cluster);
+    let ttl = Duration::from_millis(700);
+    let start = Instant::now();
+    let guard = locks
+        .lock_with("fixed", LockOptions::new().ttl(ttl).auto_extend(false))
+        .unwrap();
+    let signal = guard.loss_signal();
+    assert!(guard.is_held());
+    assert_eq!(
+        signal.recv_timeout(Duration::from_secs(3)),
+        Ok(LossReason::Expired),
+        "the watchdog signals the end of a fixed lease"
+    );
+    assert!(
+        start.elapsed() <= ttl + Duration::from_millis(50),
+        "not before the TTL passed"
+    );
+    assert!(start.elapsed() >= ttl - ttl / 10, "{:?}", start.elapsed());
+    assert!(!guard.is_held());
+    assert!(eventually(Duration::from_secs(2), || holders(
+        &cluster, "fixed"
+    ) == 0));
+}
+
+#[test]
+fn the_extension_cap_ends_the_lease() {
+    let cluster = RedisCluster::start(3);
+    let locks = builder(&cluster).max_extensions(Some(2)).build().unwrap();
+    let guard = locks.lock_with("capped", short(600)).unwrap();
+    let start = Instant::now();
+    let reason = guard.wait_lost(Duration::from_secs(5)).expect("runs out");
+    assert_eq!(reason, LossReason::ExtensionLimit);
+    // Two extensions at a third of the TTL each, then the full TTL.
+    let lived = start.elapsed();
+    assert!(lived >= Duration::from_millis(700), "{lived:?}");
+    assert!(lived < Duration::from_millis(2500), "{lived:?}");
+}
+
+#[test]
+fn manual_extend_with_the_watchdog_keeps_the_new_ttl() {
+    let cluster = RedisCluster::start(3);
+    let locks = client(&cluster);
+    let guard = locks.lock_with("switch", short(600)).unwrap();
+    guard.extend(Duration::from_secs(5)).unwrap();
+    std::thread::sleep(Duration::from_millis(2000));
+    // A third of 5 s has passed: the watchdog renewed with the new TTL.
+    let pttl = cluster.server(0).pttl(&lock_key("switch"));
+    assert!(pttl > 3500, "watchdog went back to the old TTL: {pttl}");
+    assert!(guard.validity() > Duration::from_millis(3000));
+}
