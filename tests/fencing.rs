@@ -136,3 +136,24 @@ fn tokens_differ_per_resource_but_each_increases() {
     ) == 0));
     assert!(locks.lock("b").unwrap().token() > tb);
 }
+
+#[test]
+fn fenced_set_refuses_writes_older_than_the_newest_token() {
+    use redfence::testing::RedisServer;
+    let cluster = RedisCluster::start(3);
+    let storage = RedisServer::start();
+    let mut store = storage.connection();
+    let locks = client(&cluster);
+    let old = locks
+        .lock_with("doc", LockOptions::new().auto_extend(false))
+        .unwrap();
+    let old_token = old.token();
+    assert!(redfence::fenced_set(&mut store, "doc", old_token, "v1").unwrap());
+    assert!(redfence::fenced_set(&mut store, "doc", old_token, "v2").unwrap(), "same holder writes again");
+    drop(old);
+    assert!(eventually(Duration::from_secs(2), || common::holders(&cluster, "doc") == 0));
+    let new = locks.lock("doc").unwrap();
+    assert!(redfence::fenced_set(&mut store, "doc", new.token(), "v3").unwrap());
+    assert!(!redfence::fenced_set(&mut store, "doc", old_token, "stale").unwrap());
+    assert_eq!(storage.get("doc").as_deref(), Some("v3"));
+}
