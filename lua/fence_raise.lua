@@ -12,8 +12,16 @@ local current = redis.call('GET', KEYS[2])
 if current and not string.match(current, '^%d+$') then
   return redis.error_reply('WRONGTYPE redfence: fence key ' .. KEYS[2] .. ' is not a counter')
 end
+if not current then
+  -- A missing counter lost its data after the grant (or this raise arrives
+  -- late): seed it from the clock like acquire does, never with the old
+  -- token alone, or the next grant here could repeat that token.
+  local now = redis.call('TIME')
+  current = now[1] .. string.format('%06d', tonumber(now[2]))
+  redis.call('SET', KEYS[2], current)
+end
 -- Tokens stay below 2^53, so tonumber compares them exactly.
-if not current or tonumber(current) < tonumber(ARGV[2]) then
+if tonumber(current) < tonumber(ARGV[2]) then
   redis.call('SET', KEYS[2], ARGV[2])
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[3])

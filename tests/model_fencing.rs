@@ -39,9 +39,9 @@
 //! * `Raise { now, late }`: the raise round. Every instance in `now` gets its
 //!   counter raised to at least the token, never lowered. A missing counter
 //!   is first seeded from the clock, like in the acquire: step 4 says so of
-//!   every counter that does not exist. (`lua/fence_raise.lua` instead sets a
-//!   missing counter to the token; the last variant below shows that this
-//!   breaks the property.) The grant stands only if
+//!   every counter that does not exist, and `lua/fence_raise.lua` does it.
+//!   (An earlier version set a missing counter to the token; the last variant
+//!   below shows that this breaks the property.) The grant stands only if
 //!   at least a quorum of the instances in `now` still hold our lock;
 //!   otherwise the attempt is given up and released. The client decides as
 //!   soon as the outcome is known and does not wait for slow instances: the
