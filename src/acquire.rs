@@ -22,6 +22,8 @@ pub(crate) struct Failure {
     pub error: Error,
     /// Shortest remaining lease of the holder among refusing instances.
     pub holder_ttl: Option<Duration>,
+    /// Instances that granted before the attempt failed.
+    pub granted: usize,
 }
 
 impl From<Error> for Failure {
@@ -29,6 +31,7 @@ impl From<Error> for Failure {
         Failure {
             error,
             holder_ttl: None,
+            granted: 0,
         }
     }
 }
@@ -87,7 +90,11 @@ pub(crate) fn attempt(
                 attempts: 1,
             }
         };
-        return Err(Failure { error, holder_ttl });
+        return Err(Failure {
+            error,
+            holder_ttl,
+            granted: tally.yes.len(),
+        });
     }
 
     let token = tally.yes.iter().copied().max().unwrap_or(0);

@@ -10,6 +10,7 @@ use crate::client::{Redlock, Shared};
 use crate::connection::Manager;
 use crate::instance::{Instance, InstanceConfig};
 use crate::keys::validate_prefix;
+use crate::notify::Notifier;
 use crate::quorum::Instances;
 use crate::{Error, LockOptions};
 
@@ -238,6 +239,8 @@ impl RedlockBuilder {
                 .thread_name_pattern("redfence-connect-{}")
                 .build(),
         );
+        let notifier = Notifier::start(infos.clone(), cfg.instance_timeout)
+            .map_err(|e| Error::invalid_config(format!("cannot start a subscriber thread: {e}")))?;
         let mut list = Vec::with_capacity(infos.len());
         for (index, info) in infos.into_iter().enumerate() {
             let name = instance_name(&info);
@@ -255,7 +258,7 @@ impl RedlockBuilder {
             list.push(instance);
         }
         let shared = Shared::new(cfg, Instances::new(list));
-        Redlock::start(shared)
+        Redlock::start(shared, notifier)
     }
 
     fn validate(&self) -> Result<Vec<ConnectionInfo>, Error> {

@@ -11,6 +11,7 @@ use crate::error::InstanceError;
 use crate::guard::LockGuard;
 use crate::keys::{validate_resource, Keys};
 use crate::lease::Lease;
+use crate::notify::{Notifier, Watch};
 use crate::quorum::{unexpected, Instances, Vote};
 use crate::retry;
 use crate::watchdog::Watchdog;
@@ -58,8 +59,13 @@ struct Inner {
     // Field order matters: the watchdog stops (and drops its share of
     // `shared`) before the instances' workers are stopped.
     watchdog: Watchdog,
+    notifier: Notifier,
     shared: Arc<Shared>,
 }
+
+/// Longest wait for a release notification before trying again anyway
+/// (in case a notification was missed, e.g. a subscriber reconnecting).
+const MAX_NOTIFY_WAIT: Duration = Duration::from_millis(250);
 
 impl Redlock {
     /// Starts configuring a client for these instances (URLs such as
@@ -82,12 +88,16 @@ impl Redlock {
         Self::builder(instances).build()
     }
 
-    pub(crate) fn start(shared: Shared) -> Result<Redlock, Error> {
+    pub(crate) fn start(shared: Shared, notifier: Notifier) -> Result<Redlock, Error> {
         let shared = Arc::new(shared);
         let watchdog = Watchdog::start(Arc::clone(&shared))
             .map_err(|e| Error::invalid_config(format!("cannot start the watchdog thread: {e}")))?;
         Ok(Redlock {
-            inner: Arc::new(Inner { watchdog, shared }),
+            inner: Arc::new(Inner {
+                watchdog,
+                notifier,
+                shared,
+            }),
         })
     }
 
@@ -109,9 +119,11 @@ impl Redlock {
 
     /// Locks `resource` with these options.
     ///
-    /// Retries with a random pause (never longer than the holder's remaining
-    /// lease) while the lock is contended or the instances unavailable, and
-    /// starts no attempt that could not end within `options.wait`.
+    /// While the lock is held elsewhere, the call waits for the holder's
+    /// release (announced on the instances) or for the holder's lease to run
+    /// out, whichever comes first; after a split vote or while instances are
+    /// unavailable it pauses a random time instead. It starts no attempt that
+    /// could not end within `options.wait`.
     pub fn lock_with(&self, resource: &str, options: LockOptions) -> Result<LockGuard, Error> {
         validate_resource(resource)?;
         let shared = self.shared();
@@ -119,10 +131,14 @@ impl Redlock {
         let keys = Keys::new(&shared.cfg.prefix, resource);
         let deadline = Instant::now() + options.get_wait();
         // Acquisition plus a fence raise round, each bounded by the timeout.
-        let attempt_budget = shared.cfg.instance_timeout * 2;
+        let latest_start = deadline.checked_sub(shared.cfg.instance_timeout * 2);
+        let mut watch: Option<Watch<'_>> = None;
         let mut attempts = 0;
         loop {
             attempts += 1;
+            if let Some(watch) = &watch {
+                watch.clear();
+            }
             let failure = match acquire::attempt(shared, resource, &keys, options.get_ttl()) {
                 Ok(grant) => {
                     let lease = Arc::new(Lease::new(resource, keys, grant, &options));
@@ -135,14 +151,33 @@ impl Redlock {
                 Error::Contended { resource, .. } => Error::Contended { resource, attempts },
                 other => other,
             };
-            if !error.is_retryable() {
-                return Err(error);
+            let now = Instant::now();
+            let latest_start = match latest_start {
+                Some(t) if error.is_retryable() && now < t => t,
+                _ => return Err(error),
+            };
+            let contended = matches!(error, Error::Contended { .. });
+            match &watch {
+                None if contended => {
+                    // Subscribe, then try again at once: a release that came
+                    // before the subscription would otherwise go unseen.
+                    let subscribed = self.inner.notifier.watch(&keys.channel);
+                    let until = (now + shared.cfg.instance_timeout).min(latest_start);
+                    subscribed.wait_subscribed(shared.instances.quorum(), until);
+                    watch = Some(subscribed);
+                }
+                Some(watch) if contended && failure.granted == 0 => {
+                    let holder = failure.holder_ttl.unwrap_or(MAX_NOTIFY_WAIT);
+                    let wait = holder.min(MAX_NOTIFY_WAIT) + Duration::from_millis(1);
+                    watch.wait_released((now + wait).min(latest_start));
+                }
+                _ => {
+                    // Split vote or unavailable instances: a random pause
+                    // keeps competing clients from colliding again.
+                    let pause = retry::pause(shared.cfg.retry_delay, failure.holder_ttl);
+                    std::thread::sleep(pause.min(latest_start - now));
+                }
             }
-            let pause = retry::pause(shared.cfg.retry_delay, failure.holder_ttl);
-            if Instant::now() + pause + attempt_budget > deadline {
-                return Err(error);
-            }
-            std::thread::sleep(pause);
         }
     }
 

@@ -81,6 +81,7 @@ mod guard;
 mod instance;
 mod keys;
 mod lease;
+mod notify;
 mod options;
 mod quorum;
 mod retry;

@@ -277,3 +277,38 @@ fn ping_reports_each_instance() {
         .0
         .ends_with(&format!(":{}/0", cluster.server(1).port())));
 }
+
+#[test]
+fn a_waiter_is_woken_by_the_release_not_by_a_timer() {
+    let cluster = RedisCluster::start(3);
+    // A long random pause: a waiter that slept instead of listening would
+    // take hundreds of milliseconds to notice each release.
+    let holder = builder(&cluster)
+        .retry_delay(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let waiter = holder.clone();
+    let mut handoffs = Vec::new();
+    for round in 0..8 {
+        let resource = format!("handoff-{round}");
+        let guard = holder.lock(&resource).unwrap();
+        let released_at = Mutex::new(None);
+        std::thread::scope(|s| {
+            let waiting = s.spawn(|| {
+                let g = waiter.lock(&resource).expect("waiter gets the lock");
+                (Instant::now(), g.token())
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            let token = guard.token();
+            guard.release().unwrap();
+            *released_at.lock().unwrap() = Some(Instant::now());
+            let (acquired_at, next_token) = waiting.join().unwrap();
+            assert!(next_token > token);
+            let released_at = released_at.lock().unwrap().unwrap();
+            handoffs.push(acquired_at.saturating_duration_since(released_at));
+        });
+    }
+    handoffs.sort();
+    let median = handoffs[handoffs.len() / 2];
+    assert!(median < Duration::from_millis(60), "handoffs: {handoffs:?}");
+}

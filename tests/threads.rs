@@ -21,7 +21,12 @@ fn client_threads() -> Vec<String> {
         let comm = entry.expect("task").path().join("comm");
         if let Ok(name) = std::fs::read_to_string(comm) {
             let name = name.trim().to_string();
-            let ours = ["redfence-instan", "redfence-watchd", "redfence-connec"];
+            let ours = [
+                "redfence-instan",
+                "redfence-watchd",
+                "redfence-connec",
+                "redfence-subscr",
+            ];
             if ours.iter().any(|p| name.starts_with(p)) {
                 names.push(name);
             }
@@ -39,8 +44,17 @@ fn dropping_the_client_stops_every_thread() {
     let locks = client(&cluster);
     let guard = locks.lock("threads").unwrap();
     let names = client_threads();
-    assert!(names.iter().any(|n| n.starts_with("redfence-watchd")), "{names:?}");
-    assert_eq!(names.iter().filter(|n| n.starts_with("redfence-instan")).count(), 3);
+    assert!(
+        names.iter().any(|n| n.starts_with("redfence-watchd")),
+        "{names:?}"
+    );
+    assert_eq!(
+        names
+            .iter()
+            .filter(|n| n.starts_with("redfence-instan"))
+            .count(),
+        3
+    );
     let clone = locks.clone();
     drop(locks);
     drop(clone);
@@ -60,14 +74,18 @@ fn thousands_of_guards_share_the_same_few_threads() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let cluster = RedisCluster::start(3);
     let locks = client(&cluster);
-    // One worker and at most one connect thread per instance, one watchdog.
-    let bound = 3 + 3 + 1;
+    // Per instance a worker, a subscriber and at most one connect thread;
+    // one watchdog.
+    let bound = 3 * 3 + 1;
     let opts = LockOptions::new().ttl(Duration::from_millis(1500));
     let guards: Vec<_> = (0..2000)
         .map(|i| locks.lock_with(&format!("many-{i}"), opts).unwrap())
         .collect();
     let threads = client_threads();
-    assert!(threads.len() <= bound, "threads grew with guards: {threads:?}");
+    assert!(
+        threads.len() <= bound,
+        "threads grew with guards: {threads:?}"
+    );
     // Every lease is kept alive past its TTL by the one watchdog.
     std::thread::sleep(Duration::from_millis(3000));
     let lost = guards.iter().filter(|g| !g.is_held()).count();

@@ -1,0 +1,274 @@
+//! Release notifications: waiters learn that a lock was released instead of
+//! sleeping a random delay.
+//!
+//! The release script publishes on the resource's channel on every instance
+//! where it deleted the lock. Each client keeps one subscriber connection per
+//! instance, in one thread per instance, shared by all its waiting calls:
+//! a waiter registers the channel, the subscriber threads subscribe to it
+//! and acknowledge, and the first message for the channel wakes the waiter.
+//! Subscriber threads hold no connection while nobody waits.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use parking_lot::Mutex;
+use redis::ConnectionInfo;
+
+/// How often a subscriber with active subscriptions looks for new waiters
+/// while no message arrives.
+const POLL: Duration = Duration::from_millis(2);
+
+/// Pause before reconnecting to an instance that failed.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
+
+struct Waiter {
+    id: u64,
+    wake: Sender<()>,
+    subscribed: Sender<()>,
+}
+
+#[derive(Default)]
+struct Registry {
+    channels: Mutex<HashMap<String, Vec<Waiter>>>,
+    next_id: AtomicU64,
+    /// Bumped on every change of `channels`, so subscribers only look at
+    /// the registry when something changed.
+    version: AtomicU64,
+}
+
+pub(crate) struct Notifier {
+    registry: Arc<Registry>,
+    kicks: Vec<Sender<()>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Notifier {
+    pub fn start(instances: Vec<ConnectionInfo>, timeout: Duration) -> std::io::Result<Self> {
+        let registry = Arc::new(Registry::default());
+        let mut kicks = Vec::new();
+        let mut threads = Vec::new();
+        for (index, info) in instances.into_iter().enumerate() {
+            let (kick_tx, kick_rx) = crossbeam_channel::bounded(1);
+            let subscriber = Subscriber {
+                info,
+                timeout,
+                registry: Arc::clone(&registry),
+                kicks: kick_rx,
+                acked: HashSet::new(),
+            };
+            let handle = std::thread::Builder::new()
+                .name(format!("redfence-subscriber-{index}"))
+                .spawn(move || subscriber.run())?;
+            kicks.push(kick_tx);
+            threads.push(handle);
+        }
+        Ok(Notifier {
+            registry,
+            kicks,
+            threads,
+        })
+    }
+
+    /// Registers interest in `channel` until the returned watch is dropped.
+    pub fn watch(&self, channel: &str) -> Watch<'_> {
+        let (wake_tx, wake) = crossbeam_channel::bounded(1);
+        let (sub_tx, subscribed) = crossbeam_channel::bounded(self.kicks.len());
+        let id = self.registry.next_id.fetch_add(1, Ordering::Relaxed);
+        self.registry
+            .channels
+            .lock()
+            .entry(channel.to_string())
+            .or_default()
+            .push(Waiter {
+                id,
+                wake: wake_tx,
+                subscribed: sub_tx,
+            });
+        self.registry.version.fetch_add(1, Ordering::Release);
+        for kick in &self.kicks {
+            let _ = kick.try_send(());
+        }
+        Watch {
+            registry: &self.registry,
+            channel: channel.to_string(),
+            id,
+            wake,
+            subscribed,
+        }
+    }
+}
+
+impl Drop for Notifier {
+    fn drop(&mut self) {
+        // Disconnected kick channels are the stop signal.
+        self.kicks.clear();
+        for handle in self.threads.drain(..) {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// One waiting call's registration.
+pub(crate) struct Watch<'a> {
+    registry: &'a Registry,
+    channel: String,
+    id: u64,
+    wake: Receiver<()>,
+    subscribed: Receiver<()>,
+}
+
+impl Watch<'_> {
+    /// Waits until `count` instances subscribed to the channel, or the
+    /// deadline. After that, a release on those instances cannot go unseen.
+    pub fn wait_subscribed(&self, count: usize, deadline: Instant) {
+        for _ in 0..count {
+            if self.subscribed.recv_deadline(deadline).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Waits for a release notification until `deadline`; true if one came.
+    pub fn wait_released(&self, deadline: Instant) -> bool {
+        self.wake.recv_deadline(deadline).is_ok()
+    }
+
+    /// Forgets notifications that arrived before now.
+    pub fn clear(&self) {
+        while self.wake.try_recv().is_ok() {}
+    }
+}
+
+impl Drop for Watch<'_> {
+    fn drop(&mut self) {
+        let mut channels = self.registry.channels.lock();
+        if let Some(waiters) = channels.get_mut(&self.channel) {
+            waiters.retain(|w| w.id != self.id);
+            if waiters.is_empty() {
+                channels.remove(&self.channel);
+            }
+        }
+        self.registry.version.fetch_add(1, Ordering::Release);
+        // Subscriber threads unsubscribe lazily, at their next poll.
+    }
+}
+
+struct Subscriber {
+    info: ConnectionInfo,
+    timeout: Duration,
+    registry: Arc<Registry>,
+    kicks: Receiver<()>,
+    /// Waiters this instance already confirmed its subscription to.
+    acked: HashSet<u64>,
+}
+
+impl Subscriber {
+    fn run(mut self) {
+        loop {
+            // Idle: no connection, sleep until somebody waits.
+            while self.registry.channels.lock().is_empty() {
+                if self.kicks.recv().is_err() {
+                    return;
+                }
+            }
+            match self.serve() {
+                Stop::Shutdown => return,
+                Stop::Idle => {}
+                Stop::Failed => {
+                    if let Err(crossbeam_channel::RecvTimeoutError::Disconnected) =
+                        self.kicks.recv_timeout(RECONNECT_PAUSE)
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs one subscriber connection until nobody waits, it fails, or the
+    /// client stops.
+    fn serve(&mut self) -> Stop {
+        let Ok(client) = redis::Client::open(self.info.clone()) else {
+            return Stop::Failed;
+        };
+        let Ok(mut conn) = client.get_connection_with_timeout(self.timeout) else {
+            return Stop::Failed;
+        };
+        if conn.set_write_timeout(Some(self.timeout)).is_err() {
+            return Stop::Failed;
+        }
+        let mut pubsub = conn.as_pubsub();
+        let mut subscribed: HashSet<String> = HashSet::new();
+        let mut seen_version = None;
+        self.acked.clear();
+        loop {
+            match self.kicks.try_recv() {
+                Ok(()) | Err(TryRecvError::Empty) => {}
+                Err(TryRecvError::Disconnected) => return Stop::Shutdown,
+            }
+            let version = self.registry.version.load(Ordering::Acquire);
+            if seen_version != Some(version) {
+                let wanted: HashSet<String> =
+                    self.registry.channels.lock().keys().cloned().collect();
+                if wanted.is_empty() {
+                    return Stop::Idle;
+                }
+                if pubsub.set_read_timeout(Some(self.timeout)).is_err() {
+                    return Stop::Failed;
+                }
+                for channel in wanted.difference(&subscribed) {
+                    if pubsub.subscribe(channel).is_err() {
+                        return Stop::Failed;
+                    }
+                }
+                for channel in subscribed.difference(&wanted) {
+                    if pubsub.unsubscribe(channel).is_err() {
+                        return Stop::Failed;
+                    }
+                }
+                subscribed = wanted;
+                self.acknowledge();
+                if pubsub.set_read_timeout(Some(POLL)).is_err() {
+                    return Stop::Failed;
+                }
+                seen_version = Some(version);
+            }
+            match pubsub.get_message() {
+                Ok(msg) => self.wake(msg.get_channel_name()),
+                Err(e) if e.is_timeout() => {}
+                Err(_) => return Stop::Failed,
+            }
+        }
+    }
+
+    /// Tells new waiters that this instance now watches their channel.
+    fn acknowledge(&mut self) {
+        let channels = self.registry.channels.lock();
+        let mut live = HashSet::new();
+        for waiter in channels.values().flatten() {
+            live.insert(waiter.id);
+            if self.acked.insert(waiter.id) {
+                let _ = waiter.subscribed.try_send(());
+            }
+        }
+        self.acked.retain(|id| live.contains(id));
+    }
+
+    fn wake(&self, channel: &str) {
+        if let Some(waiters) = self.registry.channels.lock().get(channel) {
+            for waiter in waiters {
+                let _ = waiter.wake.try_send(());
+            }
+        }
+    }
+}
+
+enum Stop {
+    Shutdown,
+    Idle,
+    Failed,
+}
