@@ -58,7 +58,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         std::thread::sleep(Duration::from_millis(20)); // the work
                         let done = format!("done by worker {worker}");
                         match store.write(&resource, guard.token().get(), done) {
-                            Ok(()) => println!("worker {worker}: {resource} (token {})", guard.token()),
+                            Ok(()) => {
+                                println!("worker {worker}: {resource} (token {})", guard.token())
+                            }
                             Err(stale) => println!("worker {worker}: refused, {stale}"),
                         }
                     }
@@ -66,14 +68,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             });
         }
     });
-    let done = (0..12).filter(|j| store.read(&format!("job:{j}")).is_some()).count();
-    println!("{done} of 12 jobs done once each in {:?}", started.elapsed());
+    let done = (0..12)
+        .filter(|j| store.read(&format!("job:{j}")).is_some())
+        .count();
+    println!(
+        "{done} of 12 jobs done once each in {:?}",
+        started.elapsed()
+    );
 
     // 3. A lease that runs out: its late write is refused by the token check.
-    let opts = LockOptions::new().ttl(Duration::from_millis(300)).auto_extend(false);
+    let opts = LockOptions::new()
+        .ttl(Duration::from_millis(300))
+        .auto_extend(false);
     let slow = locks.lock_with("report", opts)?;
     let reason = slow.wait_lost(Duration::from_secs(2));
-    println!("slow holder's lease ended: {reason:?}; is_held() = {}", slow.is_held());
+    println!(
+        "slow holder's lease ended: {reason:?}; is_held() = {}",
+        slow.is_held()
+    );
     let fast = locks.lock("report")?;
     store.write("report", fast.token().get(), "fresh")?;
     match store.write("report", slow.token().get(), "stale") {

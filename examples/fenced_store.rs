@@ -24,17 +24,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a = Redlock::new(lock_servers.urls())?;
     let b = Redlock::new(lock_servers.urls())?;
 
-    let opts = LockOptions::new().ttl(Duration::from_millis(300)).auto_extend(false);
+    let opts = LockOptions::new()
+        .ttl(Duration::from_millis(300))
+        .auto_extend(false);
     let first = a.lock_with("account:7", opts)?;
     println!("A holds account:7 with token {}", first.token());
-    assert!(fenced_set(&mut store, "account:7", first.token(), "A: balance=100")?);
+    assert!(fenced_set(
+        &mut store,
+        "account:7",
+        first.token(),
+        "A: balance=100"
+    )?);
 
     println!("A pauses (GC, swap, stopped VM)…");
     std::thread::sleep(Duration::from_millis(500));
 
     let second = b.lock("account:7")?;
     println!("B holds account:7 with token {}", second.token());
-    assert!(fenced_set(&mut store, "account:7", second.token(), "B: balance=80")?);
+    assert!(fenced_set(
+        &mut store,
+        "account:7",
+        second.token(),
+        "B: balance=80"
+    )?);
 
     // A wakes up. A careful A checks first…
     if let Err(e) = first.ensure_held() {

@@ -149,9 +149,14 @@ fn fenced_set_refuses_writes_older_than_the_newest_token() {
         .unwrap();
     let old_token = old.token();
     assert!(redfence::fenced_set(&mut store, "doc", old_token, "v1").unwrap());
-    assert!(redfence::fenced_set(&mut store, "doc", old_token, "v2").unwrap(), "same holder writes again");
+    assert!(
+        redfence::fenced_set(&mut store, "doc", old_token, "v2").unwrap(),
+        "same holder writes again"
+    );
     drop(old);
-    assert!(eventually(Duration::from_secs(2), || common::holders(&cluster, "doc") == 0));
+    assert!(eventually(Duration::from_secs(2), || common::holders(
+        &cluster, "doc"
+    ) == 0));
     let new = locks.lock("doc").unwrap();
     assert!(redfence::fenced_set(&mut store, "doc", new.token(), "v3").unwrap());
     assert!(!redfence::fenced_set(&mut store, "doc", old_token, "stale").unwrap());
