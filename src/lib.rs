@@ -92,6 +92,11 @@ mod watchdog;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+/// Compiles the README's examples, so the front door never rots.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub use builder::{RedlockBuilder, MAX_TTL};
 pub use client::Redlock;
 pub use error::{Error, InstanceError, InstanceErrorKind, LossReason};
