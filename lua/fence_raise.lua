@@ -3,21 +3,16 @@
 -- KEYS[1] lock key, KEYS[2] fence counter key
 -- ARGV[1] lock value, ARGV[2] token, ARGV[3] counter idle expiry in ms
 -- Returns 1 when the counter is >= token and the lock is ours, 0 when the
--- counter is raised but the lock is not ours.
-local fence_type = redis.call('TYPE', KEYS[2])['ok']
-if fence_type ~= 'none' and fence_type ~= 'string' then
-  return redis.error_reply('WRONGTYPE redfence: fence key ' .. KEYS[2] .. ' holds a ' .. fence_type)
-end
-local current = redis.call('GET', KEYS[2])
-if current and not string.match(current, '^%d+$') then
-  return redis.error_reply('WRONGTYPE redfence: fence key ' .. KEYS[2] .. ' is not a counter')
+-- counter is raised but the lock is not ours. (counter.lua is prepended.)
+local current, err = read_counter(KEYS[2])
+if err then
+  return err
 end
 if not current then
-  -- A missing counter lost its data after the grant (or this raise arrives
-  -- late): seed it from the clock like acquire does, never with the old
-  -- token alone, or the next grant here could repeat that token.
-  local now = redis.call('TIME')
-  current = now[1] .. string.format('%06d', tonumber(now[2]))
+  -- The counter was lost after the grant (or this raise arrives late):
+  -- seed it from the clock like acquire does, never with the old token
+  -- alone, or the next grant here could repeat that token.
+  current = clock_seed()
   redis.call('SET', KEYS[2], current)
 end
 -- Tokens stay below 2^53, so tonumber compares them exactly.

@@ -4,21 +4,28 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-pub(crate) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/acquire.lua")));
+const ACQUIRE_SOURCE: &str = concat!(
+    include_str!("../lua/counter.lua"),
+    include_str!("../lua/acquire.lua")
+);
+const FENCE_RAISE_SOURCE: &str = concat!(
+    include_str!("../lua/counter.lua"),
+    include_str!("../lua/fence_raise.lua")
+);
+
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/release.lua")));
 pub(crate) static EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/extend.lua")));
-pub(crate) static FENCE_RAISE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/fence_raise.lua")));
+pub(crate) static FENCE_RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_RAISE_SOURCE));
 
 /// Sources of every script a worker connection preloads.
 pub(crate) const ALL_SOURCES: [&str; 4] = [
-    include_str!("../lua/acquire.lua"),
+    ACQUIRE_SOURCE,
     include_str!("../lua/release.lua"),
     include_str!("../lua/extend.lua"),
-    include_str!("../lua/fence_raise.lua"),
+    FENCE_RAISE_SOURCE,
 ];
 
 /// An EVALSHA command packed once, shared by every instance's worker.

@@ -1,0 +1,24 @@
+-- Fencing counter helpers, prepended to acquire.lua and fence_raise.lua
+-- when they are loaded (Redis scripts cannot import one another).
+
+-- The counter's value (nil when missing), or an error reply when the key
+-- holds anything but a decimal integer.
+local function read_counter(key)
+  local key_type = redis.call('TYPE', key)['ok']
+  if key_type ~= 'none' and key_type ~= 'string' then
+    return nil, redis.error_reply('WRONGTYPE redfence: fence key ' .. key .. ' holds a ' .. key_type)
+  end
+  local value = redis.call('GET', key)
+  if value and not string.match(value, '^%d+$') then
+    return nil, redis.error_reply('WRONGTYPE redfence: fence key ' .. key .. ' is not a counter')
+  end
+  return value, nil
+end
+
+-- The instance clock in microseconds, the seed of a missing counter: above
+-- every token issued before it. Built as a string, because Lua numbers
+-- would print large values in exponent form.
+local function clock_seed()
+  local now = redis.call('TIME')
+  return now[1] .. string.format('%06d', tonumber(now[2]))
+end
