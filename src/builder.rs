@@ -34,6 +34,7 @@ pub(crate) struct Config {
     pub extend_retries: u32,
     pub max_extensions: Option<u32>,
     pub max_lease_lifetime: Option<Duration>,
+    pub max_pipeline: usize,
 }
 
 impl Config {
@@ -90,6 +91,7 @@ impl Default for Config {
             extend_retries: 3,
             max_extensions: None,
             max_lease_lifetime: None,
+            max_pipeline: 256,
         }
     }
 }
@@ -225,6 +227,17 @@ impl RedlockBuilder {
         self
     }
 
+    /// Most requests a worker sends to its instance as one pipeline. Workers
+    /// batch whatever queued up while they waited for the previous reply
+    /// (auto-pipelining), which raises throughput under many threads without
+    /// delaying a lone request. 1 turns batching off.
+    ///
+    /// Defaults to 256.
+    pub fn max_pipeline(mut self, max: usize) -> Self {
+        self.config.max_pipeline = max;
+        self
+    }
+
     /// Validates the configuration and starts the client's workers and
     /// watchdog. Does not connect: instances that are down now are simply
     /// unavailable until they come back.
@@ -252,6 +265,7 @@ impl RedlockBuilder {
                 manager,
                 timeout: cfg.instance_timeout,
                 queue_capacity: QUEUE_CAPACITY,
+                max_batch: cfg.max_pipeline,
                 thread_pool: Arc::clone(&pool_threads),
             })
             .map_err(|e| Error::invalid_config(format!("cannot start a worker thread: {e}")))?;
@@ -309,6 +323,9 @@ impl RedlockBuilder {
         }
         if cfg.retry_delay < Duration::from_millis(1) {
             return Err(Error::invalid_config("retry_delay must be at least 1 ms"));
+        }
+        if cfg.max_pipeline == 0 {
+            return Err(Error::invalid_config("max_pipeline must be at least 1"));
         }
         if cfg.fence_idle < Duration::from_secs(1) {
             return Err(Error::invalid_config(

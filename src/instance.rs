@@ -16,9 +16,6 @@ use redis::{ConnectionLike, Value};
 use crate::connection::{load_scripts, Conn, Manager};
 use crate::error::{InstanceError, InstanceErrorKind};
 
-/// Most requests sent as one pipeline.
-const MAX_BATCH: usize = 256;
-
 /// Pause before retrying undelivered persistent requests.
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
 
@@ -56,6 +53,7 @@ pub(crate) struct InstanceConfig {
     pub manager: Manager,
     pub timeout: Duration,
     pub queue_capacity: usize,
+    pub max_batch: usize,
     pub thread_pool: Arc<scheduled_thread_pool::ScheduledThreadPool>,
 }
 
@@ -75,6 +73,7 @@ impl Instance {
         let (tx, rx) = crossbeam_channel::bounded(cfg.queue_capacity);
         let worker = Worker {
             connect_error,
+            max_batch: cfg.max_batch,
             index: cfg.index,
             name: cfg.name.clone(),
             pool,
@@ -126,6 +125,7 @@ impl Drop for Instance {
 }
 
 struct Worker {
+    max_batch: usize,
     connect_error: Arc<parking_lot::Mutex<Option<redis::RedisError>>>,
     index: usize,
     name: String,
@@ -135,7 +135,7 @@ struct Worker {
 
 impl Worker {
     fn run(self, rx: Receiver<Request>) {
-        let mut batch: Vec<Request> = Vec::with_capacity(MAX_BATCH);
+        let mut batch: Vec<Request> = Vec::with_capacity(self.max_batch);
         // Persistent requests that could not be delivered yet, oldest first;
         // they go out ahead of newer requests to keep each instance's order.
         let mut undelivered: Vec<Request> = Vec::new();
@@ -155,7 +155,7 @@ impl Worker {
                     return;
                 }
             }
-            let room = MAX_BATCH.saturating_sub(batch.len()).max(1);
+            let room = self.max_batch.saturating_sub(batch.len());
             batch.extend(rx.try_iter().take(room));
             self.serve(&mut batch);
             undelivered.extend(batch.drain(..).filter(|r| r.persistent));

@@ -54,6 +54,37 @@
 //! a third of the TTL has passed. If extensions fail a few times in a row, or
 //! a quorum no longer holds the lease, the guard is marked lost.
 //!
+//! ## Losing a lease
+//!
+//! A lease can end while its holder still works: a majority of instances
+//! stop answering, or the process is paused past its validity. The guard
+//! tells, in the form that suits the program:
+//!
+//! ```no_run
+//! use crossbeam_channel::select;
+//! use std::time::Duration;
+//!
+//! # let locks = redfence::Redlock::new(["redis://127.0.0.1:7001"])?;
+//! let guard = locks.lock("migration:orders")?;
+//! let lost = guard.loss_signal();
+//! let ticker = crossbeam_channel::tick(Duration::from_millis(100));
+//! for batch in 0..1000 {
+//!     select! {
+//!         recv(lost) -> reason => { eprintln!("stopping at batch {batch}: {reason:?}"); break }
+//!         recv(ticker) -> _ => {}
+//!     }
+//!     guard.ensure_held()?;          // the cheap check right before a write
+//!     // write(batch, guard.token())?;
+//! }
+//! # Ok::<(), redfence::Error>(())
+//! ```
+//!
+//! `is_held()` turns false no later than the moment the lease may have
+//! expired (it compares the validity deadline with the monotonic clock on
+//! every call), and the watchdog marks the lease lost as soon as a quorum
+//! says it is not ours or its extension retries are spent;
+//! [`LockGuard::wait_lost`] blocks until then.
+//!
 //! ## Key layout
 //!
 //! With the default prefix `redfence:`, resource `R` uses, on each instance,
