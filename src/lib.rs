@@ -128,6 +128,13 @@ pub mod testing;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+/// The channel crate of [`LockGuard::loss_signal`], re-exported so that
+/// `select!` works without matching versions by hand.
+pub use crossbeam_channel;
+/// The Redis client crate, re-exported for [`fenced_set`] and for
+/// connection URLs.
+pub use redis;
+
 pub use builder::{RedlockBuilder, MAX_TTL};
 pub use client::Redlock;
 pub use error::{Error, InstanceError, InstanceErrorKind, LossReason};

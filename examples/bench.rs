@@ -1,0 +1,688 @@
+//! # redfence benchmark
+//!
+//! One command, no setup beyond `redis-server` on `PATH`:
+//!
+//! ```text
+//! cargo run --release --features testing --example bench
+//! ```
+//!
+//! It starts its own five `redis-server` processes
+//! ([`RedisCluster::start(5)`](redfence::testing::RedisCluster::start)),
+//! runs every scenario `BENCH_REPEATS` times (default 3) and prints, as
+//! markdown tables, the median across repeats of each figure. A default run
+//! takes about two minutes.
+//!
+//! ## Scenarios
+//!
+//! 1. **Raw baseline** — the network's limit. One thread with plain
+//!    `redis::Connection`s writes `SET key val NX PX 30000` to all five
+//!    connections, then reads the five replies, then does the same with
+//!    `DEL`. The latency is that of the SET + DEL pair, distinct keys.
+//! 2. **redfence, one thread** — `lock_with(name, auto_extend(false))` then
+//!    `release()` of distinct resources, the latency of the pair.
+//! 3. **Throughput** — 1, 4 and 16 threads doing the same lock + release of
+//!    distinct resources for `BENCH_SECS` seconds (default 2): ops/s, and
+//!    the per-op latency.
+//! 4. **Faults** — scenario 2 and the 16-thread throughput again with one
+//!    instance of five broken: frozen with SIGSTOP (connects succeed,
+//!    replies never come), behind a [`FaultProxy`] that black-holes all
+//!    traffic, and behind one that delays every chunk by 20 ms (≥ 40 ms per
+//!    round trip). Each fault scenario starts with a short unmeasured warm-up
+//!    after the fault is set; its slowest call is shown as a note.
+//! 5. **Contention** — 4 threads contend for one resource for
+//!    `BENCH_CONTENTION_SECS` (default 3), each holding it for 1 ms:
+//!    acquisitions/s, latency of the lock call, handoff time (from one
+//!    holder's `release()` returning to the next holder's `lock()` returning,
+//!    zero if the next grant came first) and fairness (each worker's share of
+//!    the acquisitions, min and max; 25 % each is perfectly fair).
+//! 6. **Memory** — `BENCH_CYCLES` (default 200 000) lock + release cycles on
+//!    4 threads: the process's RSS (`VmRSS`) and thread count at start,
+//!    midway and end, and the `redfence:lock:*` keys left on the instances
+//!    afterwards (must be 0).
+//!
+//! ## Knobs (environment variables)
+//!
+//! `BENCH_REPEATS` (3), `BENCH_OPS` (single-thread ops per repeat, 3000),
+//! `BENCH_SECS` (throughput seconds, 2), `BENCH_CONTENTION_SECS` (3),
+//! `BENCH_CYCLES` (200000), `BENCH_WARMUP` (ops before each scenario, 300).
+
+use std::process::Command;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redfence::testing::{Fault, FaultProxy, RedisCluster};
+use redfence::{Error, LockOptions, Redlock};
+
+/// Threads used by the throughput scenarios.
+const THREAD_COUNTS: [usize; 3] = [1, 4, 16];
+/// Threads of the contention and memory scenarios.
+const WORKERS: usize = 4;
+/// What a contention worker does while holding the lock.
+const CRITICAL_SECTION: Duration = Duration::from_millis(1);
+
+/// Source of distinct resource names across the whole run.
+static NEXT_RESOURCE: AtomicU64 = AtomicU64::new(0);
+
+fn next_resource(tag: &str) -> String {
+    format!(
+        "bench:{tag}:{}",
+        NEXT_RESOURCE.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Run settings, from the environment.
+struct Settings {
+    repeats: usize,
+    ops: usize,
+    secs: Duration,
+    contention_secs: Duration,
+    cycles: usize,
+    warmup: usize,
+}
+
+impl Settings {
+    fn from_env() -> Settings {
+        Settings {
+            repeats: env_or("BENCH_REPEATS", 3usize).max(1),
+            ops: env_or("BENCH_OPS", 3000usize).max(1),
+            secs: Duration::from_secs_f64(env_or("BENCH_SECS", 2.0f64)),
+            contention_secs: Duration::from_secs_f64(env_or("BENCH_CONTENTION_SECS", 3.0f64)),
+            cycles: env_or("BENCH_CYCLES", 200_000usize).max(2),
+            warmup: env_or("BENCH_WARMUP", 300usize),
+        }
+    }
+}
+
+fn env_or<T: FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a valid value")),
+        Err(_) => default,
+    }
+}
+
+/// One repeat's figures.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sample {
+    p50: Duration,
+    p99: Duration,
+    ops_per_sec: f64,
+    errors: usize,
+}
+
+impl Sample {
+    fn new(mut latencies: Vec<Duration>, elapsed: Duration, errors: usize) -> Sample {
+        latencies.sort_unstable();
+        Sample {
+            p50: percentile(&latencies, 0.50),
+            p99: percentile(&latencies, 0.99),
+            ops_per_sec: latencies.len() as f64 / elapsed.as_secs_f64(),
+            errors,
+        }
+    }
+
+    /// The median of each figure across repeats; errors are summed.
+    fn median(samples: &[Sample]) -> Sample {
+        Sample {
+            p50: median_by(samples, |s| s.p50),
+            p99: median_by(samples, |s| s.p99),
+            ops_per_sec: median_by(samples, |s| s.ops_per_sec),
+            errors: samples.iter().map(|s| s.errors).sum(),
+        }
+    }
+}
+
+/// The value at quantile `q` of an ascending slice (nearest rank).
+fn percentile(sorted: &[Duration], q: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn median_by<T: Copy + PartialOrd, U>(items: &[U], key: impl Fn(&U) -> T) -> T {
+    let mut values: Vec<T> = items.iter().map(key).collect();
+    values.sort_by(|a, b| a.partial_cmp(b).expect("no NaN in measurements"));
+    values[values.len() / 2]
+}
+
+fn repeat(settings: &Settings, mut run: impl FnMut() -> Sample) -> Sample {
+    let samples: Vec<Sample> = (0..settings.repeats).map(|_| run()).collect();
+    Sample::median(&samples)
+}
+
+fn fmt_dur(d: Duration) -> String {
+    let us = d.as_secs_f64() * 1e6;
+    if us >= 10_000.0 {
+        format!("{:.1} ms", us / 1000.0)
+    } else {
+        format!("{us:.0} µs")
+    }
+}
+
+fn ratio(a: Duration, b: Duration) -> String {
+    if b.is_zero() {
+        "-".to_string()
+    } else {
+        format!("{:.2}×", a.as_secs_f64() / b.as_secs_f64())
+    }
+}
+
+/// Options of every measured lock call: no watchdog, default 30 s TTL.
+fn opts() -> LockOptions {
+    LockOptions::new().auto_extend(false)
+}
+
+fn lock_release(locks: &Redlock, resource: &str) -> Result<(), Error> {
+    locks.lock_with(resource, opts())?.release()
+}
+
+/// Scenario 1: SET NX PX then DEL on five plain connections, pipelined
+/// across instances (write all five, then read all five).
+fn raw_baseline(cluster: &RedisCluster, ops: usize) -> Sample {
+    let mut conns: Vec<redis::Connection> = cluster.iter().map(|s| s.connection()).collect();
+    let value = uuid_like();
+    let mut latencies = Vec::with_capacity(ops);
+    let mut errors = 0;
+    let start = Instant::now();
+    for _ in 0..ops {
+        let key = next_resource("raw");
+        let t0 = Instant::now();
+        let set = redis::cmd("SET")
+            .arg(&key)
+            .arg(&value)
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .get_packed_command();
+        let del = redis::cmd("DEL").arg(&key).get_packed_command();
+        for packed in [&set, &del] {
+            for conn in &mut conns {
+                conn.send_packed_command(packed).expect("raw send");
+            }
+            for conn in &mut conns {
+                match conn.recv_response() {
+                    Ok(redis::Value::Okay) | Ok(redis::Value::Int(1)) => {}
+                    Ok(_) | Err(_) => errors += 1,
+                }
+            }
+        }
+        latencies.push(t0.elapsed());
+    }
+    Sample::new(latencies, start.elapsed(), errors)
+}
+
+/// A lock value of the same length as a UUID, for the raw baseline.
+fn uuid_like() -> String {
+    "0f8a3c1e-5b7d-4e2a-9c6f-1d2b3a4c5d6e".to_string()
+}
+
+/// Scenario 2: lock + release of distinct resources on one thread.
+fn single_thread(locks: &Redlock, ops: usize) -> Sample {
+    let mut latencies = Vec::with_capacity(ops);
+    let mut errors = 0;
+    let start = Instant::now();
+    for _ in 0..ops {
+        let name = next_resource("one");
+        let t0 = Instant::now();
+        match lock_release(locks, &name) {
+            Ok(()) => latencies.push(t0.elapsed()),
+            Err(_) => errors += 1,
+        }
+    }
+    Sample::new(latencies, start.elapsed(), errors)
+}
+
+/// Unmeasured lock + release calls; returns the slowest.
+fn warm_up(locks: &Redlock, ops: usize) -> Duration {
+    let mut slowest = Duration::ZERO;
+    for _ in 0..ops {
+        let t0 = Instant::now();
+        let _ = lock_release(locks, &next_resource("warm"));
+        slowest = slowest.max(t0.elapsed());
+    }
+    slowest
+}
+
+/// Scenario 3: `threads` threads doing lock + release of distinct resources
+/// for `duration`.
+fn throughput(locks: &Redlock, threads: usize, duration: Duration) -> Sample {
+    let barrier = Barrier::new(threads + 1);
+    let (results, elapsed) = thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    let mut latencies = Vec::new();
+                    let mut errors = 0;
+                    barrier.wait();
+                    let end = Instant::now() + duration;
+                    while Instant::now() < end {
+                        let name = next_resource("tp");
+                        let t0 = Instant::now();
+                        match lock_release(locks, &name) {
+                            Ok(()) => latencies.push(t0.elapsed()),
+                            Err(_) => errors += 1,
+                        }
+                    }
+                    (latencies, errors)
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        let results: Vec<(Vec<Duration>, usize)> = handles
+            .into_iter()
+            .map(|h| h.join().expect("throughput worker panicked"))
+            .collect();
+        (results, start.elapsed())
+    });
+    let errors = results.iter().map(|r| r.1).sum();
+    let latencies = results.into_iter().flat_map(|r| r.0).collect();
+    Sample::new(latencies, elapsed, errors)
+}
+
+/// Scenario 5's figures for one repeat.
+#[derive(Debug, Clone, Copy, Default)]
+struct Contention {
+    acquisitions_per_sec: f64,
+    lock: Sample,
+    handoff_p50: Duration,
+    handoff_p99: Duration,
+    min_share: f64,
+    max_share: f64,
+}
+
+/// Scenario 5: `WORKERS` threads, one resource, `CRITICAL_SECTION` held.
+fn contention(locks: &Redlock, duration: Duration) -> Contention {
+    let resource = next_resource("contended");
+    let barrier = Barrier::new(WORKERS + 1);
+    // Per worker: (lock returned, release returned) of each acquisition,
+    // lock-call latencies, errors.
+    type WorkerLog = (Vec<(Instant, Instant)>, Vec<Duration>, usize);
+    let (logs, elapsed) = thread::scope(|scope| {
+        let handles: Vec<_> = (0..WORKERS)
+            .map(|_| {
+                let (barrier, resource) = (&barrier, &resource);
+                scope.spawn(move || -> WorkerLog {
+                    let mut holds = Vec::new();
+                    let mut latencies = Vec::new();
+                    let mut errors = 0;
+                    barrier.wait();
+                    let end = Instant::now() + duration;
+                    while Instant::now() < end {
+                        let t0 = Instant::now();
+                        let guard = match locks.lock_with(resource, opts()) {
+                            Ok(guard) => guard,
+                            Err(_) => {
+                                errors += 1;
+                                continue;
+                            }
+                        };
+                        let acquired = Instant::now();
+                        latencies.push(acquired - t0);
+                        thread::sleep(CRITICAL_SECTION);
+                        if guard.release().is_err() {
+                            errors += 1;
+                        }
+                        holds.push((acquired, Instant::now()));
+                    }
+                    (holds, latencies, errors)
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        let logs: Vec<WorkerLog> = handles
+            .into_iter()
+            .map(|h| h.join().expect("contention worker panicked"))
+            .collect();
+        (logs, start.elapsed())
+    });
+
+    let counts: Vec<usize> = logs.iter().map(|l| l.0.len()).collect();
+    let total: usize = counts.iter().sum();
+    let share = |n: usize| n as f64 / total.max(1) as f64;
+    let mut holds: Vec<(Instant, Instant)> = logs.iter().flat_map(|l| l.0.clone()).collect();
+    holds.sort_unstable_by_key(|h| h.0);
+    let mut handoffs: Vec<Duration> = holds
+        .windows(2)
+        .map(|w| w[1].0.saturating_duration_since(w[0].1))
+        .collect();
+    handoffs.sort_unstable();
+    let errors = logs.iter().map(|l| l.2).sum();
+    let latencies: Vec<Duration> = logs.into_iter().flat_map(|l| l.1).collect();
+    Contention {
+        acquisitions_per_sec: total as f64 / elapsed.as_secs_f64(),
+        lock: Sample::new(latencies, elapsed, errors),
+        handoff_p50: percentile(&handoffs, 0.50),
+        handoff_p99: percentile(&handoffs, 0.99),
+        min_share: counts.iter().map(|&n| share(n)).fold(1.0, f64::min),
+        max_share: counts.iter().map(|&n| share(n)).fold(0.0, f64::max),
+    }
+}
+
+/// `VmRSS` and `Threads` of this process, from `/proc/self/status`.
+fn process_status() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("Threads:"))
+}
+
+/// `n` lock + release cycles spread over `WORKERS` threads; returns errors.
+fn cycles(locks: &Redlock, n: usize) -> usize {
+    thread::scope(|scope| {
+        let handles: Vec<_> = (0..WORKERS)
+            .map(|w| {
+                let mine = n / WORKERS + usize::from(w < n % WORKERS);
+                scope.spawn(move || {
+                    (0..mine)
+                        .filter(|_| lock_release(locks, &next_resource("mem")).is_err())
+                        .count()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("memory worker panicked"))
+            .sum()
+    })
+}
+
+fn count_keys(cluster: &RedisCluster, pattern: &str) -> usize {
+    cluster.iter().map(|s| s.keys(pattern).len()).sum()
+}
+
+fn client(urls: Vec<String>) -> Redlock {
+    Redlock::builder(urls)
+        .build()
+        .expect("building the redfence client")
+}
+
+struct Row {
+    scenario: String,
+    sample: Sample,
+    vs: String,
+    note: String,
+}
+
+fn print_rows(rows: &[Row]) {
+    println!("| scenario | p50 | p99 | ops/s | errors | p50 / p99 vs reference | note |");
+    println!("|---|---:|---:|---:|---:|---|---|");
+    for r in rows {
+        println!(
+            "| {} | {} | {} | {:.0} | {} | {} | {} |",
+            r.scenario,
+            fmt_dur(r.sample.p50),
+            fmt_dur(r.sample.p99),
+            r.sample.ops_per_sec,
+            r.sample.errors,
+            r.vs,
+            r.note
+        );
+    }
+}
+
+fn command_output(program: &str, args: &[&str]) -> String {
+    Command::new(program)
+        .args(args)
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "?".to_string())
+}
+
+fn print_machine(settings: &Settings) {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_else(|| "?".to_string());
+    println!("# redfence benchmark\n");
+    println!(
+        "machine: nproc {}, kernel {}, cpu {cpu}",
+        command_output("nproc", &[]),
+        command_output("uname", &["-r"])
+    );
+    println!("redis: {}", command_output("redis-server", &["--version"]));
+    println!(
+        "settings: {} repeats (median shown), {} single-thread ops, {:?} per throughput run, \
+         {:?} contention, {} memory cycles, {} warm-up ops\n",
+        settings.repeats,
+        settings.ops,
+        settings.secs,
+        settings.contention_secs,
+        settings.cycles,
+        settings.warmup
+    );
+}
+
+/// Single-thread and 16-thread rows with one instance of five already broken
+/// under `locks`.
+fn fault_rows(
+    settings: &Settings,
+    label: &str,
+    locks: &Redlock,
+    healthy: &Sample,
+    healthy_16: &Sample,
+) -> Vec<Row> {
+    let slowest = warm_up(locks, settings.warmup);
+    let one = repeat(settings, || single_thread(locks, settings.ops));
+    let many = repeat(settings, || throughput(locks, 16, settings.secs));
+    vec![
+        Row {
+            scenario: format!("{label}, 1 thread"),
+            sample: one,
+            vs: format!(
+                "{} / {} of healthy",
+                ratio(one.p50, healthy.p50),
+                ratio(one.p99, healthy.p99)
+            ),
+            note: format!("slowest warm-up call {}", fmt_dur(slowest)),
+        },
+        Row {
+            scenario: format!("{label}, 16 threads"),
+            sample: many,
+            vs: format!(
+                "{:.2}× healthy ops/s",
+                many.ops_per_sec / healthy_16.ops_per_sec
+            ),
+            note: String::new(),
+        },
+    ]
+}
+
+fn proxy_rows(
+    settings: &Settings,
+    cluster: &RedisCluster,
+    fault: Fault,
+    label: &str,
+    healthy: &Sample,
+    healthy_16: &Sample,
+) -> Vec<Row> {
+    let proxy = FaultProxy::start(cluster.server(4).addr()).expect("starting the fault proxy");
+    let mut urls = cluster.urls();
+    urls[4] = proxy.url();
+    let locks = client(urls);
+    // Connect through the proxy while it still passes traffic.
+    warm_up(&locks, 50);
+    proxy.set_fault(fault);
+    let rows = fault_rows(settings, label, &locks, healthy, healthy_16);
+    proxy.set_fault(Fault::Pass);
+    drop(locks);
+    drop(proxy);
+    rows
+}
+
+fn main() {
+    let settings = Settings::from_env();
+    print_machine(&settings);
+    let run_start = Instant::now();
+
+    let cluster = RedisCluster::start(5);
+    let locks = client(cluster.urls());
+
+    // 1 and 2: raw baseline and redfence, one thread.
+    let _ = raw_baseline(&cluster, settings.warmup.max(1));
+    let raw = repeat(&settings, || raw_baseline(&cluster, settings.ops));
+    warm_up(&locks, settings.warmup);
+    let single = repeat(&settings, || single_thread(&locks, settings.ops));
+    let mut rows = vec![
+        Row {
+            scenario: "raw SET NX PX + DEL ×5 (plain redis), 1 thread".into(),
+            sample: raw,
+            vs: "reference".into(),
+            note: "network's limit".into(),
+        },
+        Row {
+            scenario: "redfence lock + release, 1 thread".into(),
+            sample: single,
+            vs: format!(
+                "{} / {} of raw",
+                ratio(single.p50, raw.p50),
+                ratio(single.p99, raw.p99)
+            ),
+            note: "target p50 ≤ 1.3× raw".into(),
+        },
+    ];
+
+    // 3: throughput.
+    let mut by_threads = Vec::new();
+    for threads in THREAD_COUNTS {
+        let sample = repeat(&settings, || throughput(&locks, threads, settings.secs));
+        by_threads.push(sample);
+        rows.push(Row {
+            scenario: format!("redfence throughput, {threads} thread(s)"),
+            sample,
+            vs: format!(
+                "{:.2}× 1-thread ops/s",
+                sample.ops_per_sec / by_threads[0].ops_per_sec
+            ),
+            note: String::new(),
+        });
+    }
+    let healthy_16 = by_threads[THREAD_COUNTS.len() - 1];
+
+    // 4: one instance of five broken.
+    cluster.server(4).stop();
+    rows.extend(fault_rows(
+        &settings,
+        "instance 5 SIGSTOPped",
+        &locks,
+        &single,
+        &healthy_16,
+    ));
+    cluster.server(4).cont();
+    let left_after_stop = {
+        thread::sleep(Duration::from_millis(300));
+        count_keys(&cluster, "redfence:lock:*")
+    };
+    rows.extend(proxy_rows(
+        &settings,
+        &cluster,
+        Fault::BlackHole,
+        "instance 5 behind BlackHole proxy",
+        &single,
+        &healthy_16,
+    ));
+    rows.extend(proxy_rows(
+        &settings,
+        &cluster,
+        Fault::Delay(Duration::from_millis(20)),
+        "instance 5 behind Delay(20 ms) proxy",
+        &single,
+        &healthy_16,
+    ));
+
+    println!("## Latency and throughput (lock + release of distinct resources)\n");
+    print_rows(&rows);
+    println!(
+        "\n`redfence:lock:*` keys left 300 ms after SIGCONT of instance 5: {left_after_stop} \
+         (leases whose release never reached it; they expire with their 30 s TTL)\n"
+    );
+
+    // 5: contention.
+    let runs: Vec<Contention> = (0..settings.repeats)
+        .map(|_| contention(&locks, settings.contention_secs))
+        .collect();
+    let lock = Sample::median(&runs.iter().map(|r| r.lock).collect::<Vec<_>>());
+    let handoff_p50 = median_by(&runs, |r| r.handoff_p50);
+    let handoff_p99 = median_by(&runs, |r| r.handoff_p99);
+    println!(
+        "## Contention: {WORKERS} workers, one resource, {} ms critical section\n",
+        CRITICAL_SECTION.as_millis()
+    );
+    println!(
+        "| acquisitions/s | lock call p50 | lock call p99 | handoff p50 | handoff p99 | \
+         handoff p50 vs raw p50 | min share | max share | errors |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| {:.0} | {} | {} | {} | {} | {} | {:.1} % | {:.1} % | {} |\n",
+        median_by(&runs, |r| r.acquisitions_per_sec),
+        fmt_dur(lock.p50),
+        fmt_dur(lock.p99),
+        fmt_dur(handoff_p50),
+        fmt_dur(handoff_p99),
+        ratio(handoff_p50, raw.p50),
+        median_by(&runs, |r| r.min_share) * 100.0,
+        median_by(&runs, |r| r.max_share) * 100.0,
+        lock.errors
+    );
+    println!(
+        "(ideal: ~{:.0} acquisitions/s if each handoff took the raw p50; targets: handoff p50 < \
+         3× raw, p99 < 20 ms)\n",
+        1.0 / (CRITICAL_SECTION + raw.p50).as_secs_f64()
+    );
+
+    // 6: memory. Start from empty instances so leftovers are this phase's.
+    cluster.flushall_all();
+    warm_up(&locks, settings.warmup);
+    let (rss_start, threads_start) = process_status();
+    let t0 = Instant::now();
+    let half = settings.cycles / 2;
+    let mut errors = cycles(&locks, half);
+    let (rss_mid, threads_mid) = process_status();
+    errors += cycles(&locks, settings.cycles - half);
+    let elapsed = t0.elapsed();
+    let (rss_end, threads_end) = process_status();
+    thread::sleep(Duration::from_millis(300));
+    let leftover = count_keys(&cluster, "redfence:lock:*");
+    let fences = count_keys(&cluster, "redfence:fence:*");
+    println!(
+        "## Memory: {} lock + release cycles on {WORKERS} threads\n",
+        settings.cycles
+    );
+    println!(
+        "| RSS start | RSS mid | RSS end | threads start/mid/end | ops/s | errors | \
+         `redfence:lock:*` left | `redfence:fence:*` kept |"
+    );
+    println!("|---:|---:|---:|---|---:|---:|---:|---:|");
+    println!(
+        "| {rss_start} kB | {rss_mid} kB | {rss_end} kB | {threads_start}/{threads_mid}/{threads_end} \
+         | {:.0} | {errors} | {leftover} | {fences} |\n",
+        settings.cycles as f64 / elapsed.as_secs_f64()
+    );
+    println!(
+        "(fencing counters are kept by design, one per resource per instance, until their idle \
+         expiry)\n"
+    );
+    println!("total run time: {:.0} s", run_start.elapsed().as_secs_f64());
+}
