@@ -10,7 +10,7 @@
 //! ([`RedisCluster::start(5)`](redfence::testing::RedisCluster::start)),
 //! runs every scenario `BENCH_REPEATS` times (default 3) and prints, as
 //! markdown tables, the median across repeats of each figure. A default run
-//! takes about two minutes.
+//! takes about two and a half minutes.
 //!
 //! ## Scenarios
 //!
@@ -36,7 +36,7 @@
 //!    zero if the next grant came first) and fairness (each worker's share of
 //!    the acquisitions, min and max; 25 % each is perfectly fair).
 //! 6. **Memory** — `BENCH_CYCLES` (default 200 000) lock + release cycles on
-//!    4 threads: the process's RSS (`VmRSS`) and thread count at start,
+//!    16 threads, after all other scenarios: the process's RSS (`VmRSS`) and thread count at start,
 //!    midway and end, and the `redfence:lock:*` keys left on the instances
 //!    afterwards (must be 0).
 //!
@@ -58,8 +58,10 @@ use redfence::{Error, LockOptions, Redlock};
 
 /// Threads used by the throughput scenarios.
 const THREAD_COUNTS: [usize; 3] = [1, 4, 16];
-/// Threads of the contention and memory scenarios.
+/// Threads of the contention scenario.
 const WORKERS: usize = 4;
+/// Threads of the memory scenario.
+const MEMORY_THREADS: usize = 16;
 /// What a contention worker does while holding the lock.
 const CRITICAL_SECTION: Duration = Duration::from_millis(1);
 
@@ -382,24 +384,52 @@ fn process_status() -> (u64, u64) {
     (field("VmRSS:"), field("Threads:"))
 }
 
-/// `n` lock + release cycles spread over `WORKERS` threads; returns errors.
-fn cycles(locks: &Redlock, n: usize) -> usize {
+/// `n` lock + release cycles spread over `MEMORY_THREADS` threads; returns
+/// the number of errors and the first one.
+fn cycles(locks: &Redlock, n: usize) -> (usize, Option<Error>) {
     thread::scope(|scope| {
-        let handles: Vec<_> = (0..WORKERS)
+        let handles: Vec<_> = (0..MEMORY_THREADS)
             .map(|w| {
-                let mine = n / WORKERS + usize::from(w < n % WORKERS);
+                let mine = n / MEMORY_THREADS + usize::from(w < n % MEMORY_THREADS);
                 scope.spawn(move || {
-                    (0..mine)
-                        .filter(|_| lock_release(locks, &next_resource("mem")).is_err())
-                        .count()
+                    let mut errors = (0, None);
+                    for _ in 0..mine {
+                        if let Err(e) = lock_release(locks, &next_resource("mem")) {
+                            errors.0 += 1;
+                            errors.1.get_or_insert(e);
+                        }
+                    }
+                    errors
                 })
             })
             .collect();
         handles
             .into_iter()
             .map(|h| h.join().expect("memory worker panicked"))
-            .sum()
+            .fold((0, None), |acc, e| (acc.0 + e.0, acc.1.or(e.1)))
     })
+}
+
+/// This process's threads, counted by name (digits dropped), for spotting
+/// threads that outlive their client.
+fn thread_names() -> String {
+    let mut names = std::collections::BTreeMap::<String, usize>::new();
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        for task in tasks.flatten() {
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            let name: String = comm
+                .trim()
+                .chars()
+                .filter(|c| !c.is_ascii_digit())
+                .collect();
+            *names.entry(name).or_default() += 1;
+        }
+    }
+    names
+        .iter()
+        .map(|(name, n)| format!("{name}×{n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn count_keys(cluster: &RedisCluster, pattern: &str) -> usize {
@@ -658,16 +688,17 @@ fn main() {
     let (rss_start, threads_start) = process_status();
     let t0 = Instant::now();
     let half = settings.cycles / 2;
-    let mut errors = cycles(&locks, half);
+    let (first_errors, first_error) = cycles(&locks, half);
     let (rss_mid, threads_mid) = process_status();
-    errors += cycles(&locks, settings.cycles - half);
+    let (second_errors, second_error) = cycles(&locks, settings.cycles - half);
+    let errors = first_errors + second_errors;
     let elapsed = t0.elapsed();
     let (rss_end, threads_end) = process_status();
     thread::sleep(Duration::from_millis(300));
     let leftover = count_keys(&cluster, "redfence:lock:*");
     let fences = count_keys(&cluster, "redfence:fence:*");
     println!(
-        "## Memory: {} lock + release cycles on {WORKERS} threads\n",
+        "## Memory: {} lock + release cycles on {MEMORY_THREADS} threads\n",
         settings.cycles
     );
     println!(
@@ -680,6 +711,10 @@ fn main() {
          | {:.0} | {errors} | {leftover} | {fences} |\n",
         settings.cycles as f64 / elapsed.as_secs_f64()
     );
+    println!("threads at the end: {}\n", thread_names());
+    if let Some(e) = first_error.or(second_error) {
+        println!("first error: {e}\n");
+    }
     println!(
         "(fencing counters are kept by design, one per resource per instance, until their idle \
          expiry)\n"
