@@ -4,19 +4,20 @@
 -- Returns {1, token} when granted, {0, pttl} when held by someone else.
 -- (counter.lua is prepended.)
 --
--- Types are checked before anything is written: a plain SET NX would read a
--- key of another type as "held forever", and an error raised half-way would
--- leave the lock set without a counter bump.
-local lock_type = redis.call('TYPE', KEYS[1])['ok']
-if lock_type ~= 'none' and lock_type ~= 'string' then
-  return redis.error_reply('WRONGTYPE redfence: lock key ' .. KEYS[1] .. ' holds a ' .. lock_type)
-end
+-- The counter is checked before anything is written: an error half-way
+-- would leave the lock set without a counter bump.
 local current, err = read_counter(KEYS[2])
 if err then
   return err
 end
 
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  -- SET NX also refuses a key of another type: say so, rather than
+  -- reporting it as "held by someone else, forever".
+  local lock_type = redis.call('TYPE', KEYS[1])['ok']
+  if lock_type ~= 'string' and lock_type ~= 'none' then
+    return redis.error_reply('WRONGTYPE redfence: lock key ' .. KEYS[1] .. ' holds a ' .. lock_type)
+  end
   return {0, redis.call('PTTL', KEYS[1])}
 end
 

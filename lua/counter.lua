@@ -2,12 +2,9 @@
 -- when they are loaded (Redis scripts cannot import one another).
 
 -- The counter's value (nil when missing), or an error reply when the key
--- holds anything but a decimal integer.
+-- holds anything but a decimal integer. GET itself fails with WRONGTYPE on
+-- a key of another type, before the script has written anything.
 local function read_counter(key)
-  local key_type = redis.call('TYPE', key)['ok']
-  if key_type ~= 'none' and key_type ~= 'string' then
-    return nil, redis.error_reply('WRONGTYPE redfence: fence key ' .. key .. ' holds a ' .. key_type)
-  end
   local value = redis.call('GET', key)
   if value and not string.match(value, '^%d+$') then
     return nil, redis.error_reply('WRONGTYPE redfence: fence key ' .. key .. ' is not a counter')

@@ -139,6 +139,7 @@ impl Redlock {
             if let Some(watch) = &watch {
                 watch.clear();
             }
+            let attempt_start = Instant::now();
             let failure = match acquire::attempt(shared, resource, &keys, options.get_ttl()) {
                 Ok(grant) => {
                     let lease = Arc::new(Lease::new(resource, keys, grant, &options));
@@ -172,9 +173,18 @@ impl Redlock {
                     watch.wait_released((now + wait).min(latest_start));
                 }
                 _ => {
-                    // Split vote or unavailable instances: a random pause
-                    // keeps competing clients from colliding again.
-                    let pause = retry::pause(shared.cfg.retry_delay, failure.holder_ttl);
+                    // A random pause keeps competing clients from colliding
+                    // again. After a split vote the lock is free, so a window
+                    // of a few attempt durations spreads the contenders out;
+                    // unavailable instances get the full retry delay.
+                    let window = if contended {
+                        (attempt_start.elapsed() * 4)
+                            .max(Duration::from_millis(1))
+                            .min(shared.cfg.retry_delay)
+                    } else {
+                        shared.cfg.retry_delay
+                    };
+                    let pause = retry::pause(window, failure.holder_ttl);
                     std::thread::sleep(pause.min(latest_start - now));
                 }
             }
