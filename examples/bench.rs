@@ -18,6 +18,9 @@
 //!    `redis::Connection`s writes `SET key val NX PX 30000` to all five
 //!    connections, then reads the five replies, then does the same with
 //!    `DEL`. The latency is that of the SET + DEL pair, distinct keys.
+//!    **1b. Raw scripts** — the same, but with redfence's own acquire and
+//!    release Lua scripts (EVALSHA): what the scripts cost the servers,
+//!    without any of the client's threads.
 //! 2. **redfence, one thread** — `lock_with(name, auto_extend(false))` then
 //!    `release()` of distinct resources, the latency of the pair.
 //! 3. **Throughput** — 1, 4 and 16 threads doing the same lock + release of
@@ -211,6 +214,73 @@ fn raw_baseline(cluster: &RedisCluster, ops: usize) -> Sample {
             for conn in &mut conns {
                 match conn.recv_response() {
                     Ok(redis::Value::Okay) | Ok(redis::Value::Int(1)) => {}
+                    Ok(_) | Err(_) => errors += 1,
+                }
+            }
+        }
+        latencies.push(t0.elapsed());
+    }
+    Sample::new(latencies, start.elapsed(), errors)
+}
+
+/// Scenario 1b: redfence's own acquire and release scripts (EVALSHA) on five
+/// plain connections from one thread, pipelined across instances. The gap
+/// between this and scenario 2 is the client's own cost; the gap between
+/// this and scenario 1 is what the Lua scripts (compare-and-delete, fencing
+/// counter) cost the servers.
+fn raw_scripts_baseline(cluster: &RedisCluster, ops: usize) -> Sample {
+    let acquire = redis::Script::new(concat!(
+        include_str!("../lua/counter.lua"),
+        include_str!("../lua/acquire.lua")
+    ));
+    let release = redis::Script::new(include_str!("../lua/release.lua"));
+    let mut conns: Vec<redis::Connection> = cluster.iter().map(|s| s.connection()).collect();
+    for conn in &mut conns {
+        let _: () = acquire
+            .prepare_invoke()
+            .load(conn)
+            .map(drop)
+            .expect("load acquire");
+        let _: () = release
+            .prepare_invoke()
+            .load(conn)
+            .map(drop)
+            .expect("load release");
+    }
+    let value = uuid_like();
+    let mut latencies = Vec::with_capacity(ops);
+    let mut errors = 0;
+    let start = Instant::now();
+    for _ in 0..ops {
+        let name = next_resource("rawlua");
+        let (lock, fence) = (
+            format!("raw:lock:{{{name}}}"),
+            format!("raw:fence:{{{name}}}"),
+        );
+        let t0 = Instant::now();
+        let acq = redis::cmd("EVALSHA")
+            .arg(acquire.get_hash())
+            .arg(2)
+            .arg(&lock)
+            .arg(&fence)
+            .arg(&value)
+            .arg(30_000)
+            .arg(60_000)
+            .get_packed_command();
+        let rel = redis::cmd("EVALSHA")
+            .arg(release.get_hash())
+            .arg(1)
+            .arg(&lock)
+            .arg(&value)
+            .arg("raw:released")
+            .get_packed_command();
+        for packed in [&acq, &rel] {
+            for conn in &mut conns {
+                conn.send_packed_command(packed).expect("raw send");
+            }
+            for conn in &mut conns {
+                match conn.recv_response() {
+                    Ok(redis::Value::Array(_)) | Ok(redis::Value::Int(1)) => {}
                     Ok(_) | Err(_) => errors += 1,
                 }
             }
@@ -572,6 +642,8 @@ fn main() {
     // 1 and 2: raw baseline and redfence, one thread.
     let _ = raw_baseline(&cluster, settings.warmup.max(1));
     let raw = repeat(&settings, || raw_baseline(&cluster, settings.ops));
+    let _ = raw_scripts_baseline(&cluster, settings.warmup.max(1));
+    let raw_scripts = repeat(&settings, || raw_scripts_baseline(&cluster, settings.ops));
     warm_up(&locks, settings.warmup);
     let single = repeat(&settings, || single_thread(&locks, settings.ops));
     let mut rows = vec![
@@ -582,6 +654,16 @@ fn main() {
             note: "network's limit".into(),
         },
         Row {
+            scenario: "raw EVALSHA acquire + release ×5 (redfence's scripts), 1 thread".into(),
+            sample: raw_scripts,
+            vs: format!(
+                "{} / {} of raw",
+                ratio(raw_scripts.p50, raw.p50),
+                ratio(raw_scripts.p99, raw.p99)
+            ),
+            note: "the scripts' cost on the servers".into(),
+        },
+        Row {
             scenario: "redfence lock + release, 1 thread".into(),
             sample: single,
             vs: format!(
@@ -589,7 +671,10 @@ fn main() {
                 ratio(single.p50, raw.p50),
                 ratio(single.p99, raw.p99)
             ),
-            note: "target p50 ≤ 1.3× raw".into(),
+            note: format!(
+                "target p50 ≤ 1.3× raw; {} of raw scripts",
+                ratio(single.p50, raw_scripts.p50)
+            ),
         },
     ];
 
@@ -609,6 +694,22 @@ fn main() {
         });
     }
     let healthy_16 = by_threads[THREAD_COUNTS.len() - 1];
+    // Does auto-pipelining pay? The same 16 threads with batching off.
+    let unbatched = Redlock::builder(cluster.urls())
+        .max_pipeline(1)
+        .build()
+        .expect("client without pipelining");
+    let sample = repeat(&settings, || throughput(&unbatched, 16, settings.secs));
+    rows.push(Row {
+        scenario: "redfence throughput, 16 threads, auto-pipelining off".into(),
+        sample,
+        vs: format!(
+            "{:.2}× ops/s with pipelining",
+            healthy_16.ops_per_sec / sample.ops_per_sec
+        ),
+        note: "max_pipeline(1)".into(),
+    });
+    drop(unbatched);
 
     // 4: one instance of five broken.
     cluster.server(4).stop();
