@@ -184,7 +184,25 @@ impl Worker {
         };
         let wait = latest.saturating_duration_since(now).min(self.timeout);
         let results = match self.pool.get_timeout(wait) {
-            Ok(mut conn) => self.execute(&mut conn, batch),
+            Ok(mut conn) => {
+                let results = self.execute(&mut conn, batch);
+                if !found_dead(&results) {
+                    results
+                } else {
+                    // A pooled connection to a process that since exited (a
+                    // restart) fails at once. Nothing reached the old process
+                    // after it died, so send the batch again, once, on a fresh
+                    // connection.
+                    drop(conn);
+                    let wait = latest
+                        .saturating_duration_since(Instant::now())
+                        .min(self.timeout);
+                    match self.pool.get_timeout(wait) {
+                        Ok(mut fresh) => self.execute(&mut fresh, batch),
+                        Err(_) => results,
+                    }
+                }
+            }
             Err(e) => {
                 let err = match &*self.connect_error.lock() {
                     Some(cause)
@@ -274,4 +292,13 @@ impl Worker {
             });
         }
     }
+}
+
+/// True when the connection was found closed by the peer before any reply
+/// came: every request failed with an I/O error that is not a timeout.
+fn found_dead(results: &[Result<Value, InstanceError>]) -> bool {
+    !results.is_empty()
+        && results
+            .iter()
+            .all(|r| matches!(r, Err(e) if e.kind() == InstanceErrorKind::Io))
 }

@@ -178,18 +178,20 @@ pub(crate) fn send_release(
 
 /// Releases and reports whether a quorum confirmed it.
 pub(crate) fn release(shared: &Shared, lease: &Lease) -> Result<(), Error> {
-    let lost_before = lease.state.lock().lost;
+    // A lease whose validity ran out is reported lost even if its keys were
+    // still there to delete: the work done under it was not protected.
+    let lost_before = lease.loss();
     let Some(rx) = send_release(shared, lease, true) else {
         return Err(lease.lost_error(LossReason::Released));
     };
     let deadline = shared.round_deadline();
     let tally = shared.instances.collect(&rx, deadline, yes_no("release"));
     let quorum = shared.instances.quorum();
-    if tally.yes.len() >= quorum {
-        return Ok(());
-    }
     if let Some(reason) = lost_before {
         return Err(lease.lost_error(reason));
+    }
+    if tally.yes.len() >= quorum {
+        return Ok(());
     }
     if tally.no.len() > shared.instances.len() - quorum {
         return Err(lease.lost_error(LossReason::NotHeld));

@@ -432,7 +432,21 @@ fn make_temp_dir() -> io::Result<PathBuf> {
     Ok(dir)
 }
 
+/// Ports are drawn below Linux's ephemeral range (32768 and up): there the
+/// kernel never hands them out as the source port of a client connection,
+/// nor as another test's `bind(0)`, so a killed server's port is very
+/// likely still free when it restarts.
+const PORT_RANGE: std::ops::Range<u16> = 20_000..32_000;
+
 fn free_port() -> io::Result<u16> {
+    let span = u128::from(PORT_RANGE.end - PORT_RANGE.start);
+    for _ in 0..64 {
+        let offset = (uuid::Uuid::new_v4().as_u128() % span) as u16;
+        let port = PORT_RANGE.start + offset;
+        if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+            return Ok(port);
+        }
+    }
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
     Ok(listener.local_addr()?.port())
 }
@@ -486,8 +500,16 @@ fn spawn_ready(
                 startup_log(dir)
             )));
         }
-        let last_error = match ping(&url) {
-            Ok(()) => return Ok(child),
+        let last_error = match server_pid(&url) {
+            Ok(pid) if pid == child.id() => return Ok(child),
+            Ok(pid) => {
+                // Another process took the port while ours was down.
+                let _ = kill_and_reap(&mut child);
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!("port {port} is served by another redis-server (pid {pid})"),
+                ));
+            }
             Err(e) => e,
         };
         if Instant::now() >= deadline {
@@ -505,9 +527,20 @@ fn spawn_ready(
     }
 }
 
-fn ping(url: &str) -> redis::RedisResult<()> {
+/// The pid of the redis-server answering at `url`: readiness is only
+/// ours if the answer comes from the process we started.
+fn server_pid(url: &str) -> redis::RedisResult<u32> {
     let mut con = connect(url, Duration::from_millis(200))?;
-    redis::cmd("PING").query::<String>(&mut con).map(drop)
+    let info: String = redis::cmd("INFO").arg("server").query(&mut con)?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|pid| pid.trim().parse().ok())
+        .ok_or_else(|| {
+            redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "no process_id in INFO",
+            ))
+        })
 }
 
 fn connect(url: &str, timeout: Duration) -> redis::RedisResult<redis::Connection> {
