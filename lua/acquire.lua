@@ -21,10 +21,8 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 
-if not current then
-  -- New resource, lost data or idle expiry: start from the clock.
-  redis.call('SET', KEYS[2], clock_seed())
-end
-local token = redis.call('INCR', KEYS[2])
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
+-- New resource, lost data or idle expiry: start from the clock. Tokens stay
+-- below 2^53, so Lua's doubles add 1 exactly, and '%.0f' prints every digit.
+local token = tonumber(current or clock_seed()) + 1
+redis.call('SET', KEYS[2], string.format('%.0f', token), 'PX', ARGV[3])
 return {1, token}

@@ -162,3 +162,20 @@ fn fenced_set_refuses_writes_older_than_the_newest_token() {
     assert!(!redfence::fenced_set(&mut store, "doc", old_token, "stale").unwrap());
     assert_eq!(storage.get("doc").as_deref(), Some("v3"));
 }
+
+#[test]
+fn large_counters_are_bumped_exactly() {
+    let cluster = RedisCluster::start(3);
+    let locks = client(&cluster);
+    // Near 2^52: every digit must survive Lua's doubles and formatting.
+    let start = 4_503_599_627_370_001u64;
+    for server in cluster.iter() {
+        server
+            .cmd(&["SET", &fence_key("big"), &start.to_string()])
+            .unwrap();
+    }
+    assert_eq!(token_of(&locks, "big"), start + 1);
+    assert_eq!(token_of(&locks, "big"), start + 2);
+    let stored = cluster.server(0).get(&fence_key("big")).unwrap();
+    assert_eq!(stored, (start + 2).to_string());
+}
