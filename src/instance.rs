@@ -6,6 +6,7 @@
 //! queued up while it was busy as one pipeline (auto-pipelining), and drops
 //! requests whose deadline passed before they could be sent.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -18,6 +19,12 @@ use crate::error::{InstanceError, InstanceErrorKind};
 
 /// Pause before retrying undelivered persistent requests.
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
+
+/// Owed releases sent per retry.
+const OWED_CHUNK: usize = 1024;
+
+/// Owed releases kept for an instance that stays unreachable.
+const MAX_OWED: usize = 64 * 1024;
 
 /// One instance's answer to one request.
 pub(crate) type Reply = (usize, Result<Value, InstanceError>);
@@ -136,29 +143,39 @@ struct Worker {
 impl Worker {
     fn run(self, rx: Receiver<Request>) {
         let mut batch: Vec<Request> = Vec::with_capacity(self.max_batch);
-        // Persistent requests that could not be delivered yet, oldest first;
-        // they go out ahead of newer requests to keep each instance's order.
-        let mut undelivered: Vec<Request> = Vec::new();
+        // Persistent requests (releases) not delivered yet, oldest first.
+        // Their order against newer requests does not matter: a release is
+        // always queued after its own acquire, which has been sent (or
+        // dropped unsent) by the time the release is owed.
+        let mut owed: VecDeque<Request> = VecDeque::new();
         loop {
-            let next = if undelivered.is_empty() {
+            let next = if owed.is_empty() {
                 rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
             } else {
                 rx.recv_timeout(RETRY_PAUSE)
             };
-            batch.append(&mut undelivered);
-            match next {
-                Ok(first) => batch.push(first),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {
-                    // Shutting down: one last try for what is still owed.
-                    self.serve(&mut batch);
-                    return;
-                }
+            let stopping = matches!(next, Err(RecvTimeoutError::Disconnected));
+            if let Ok(first) = next {
+                batch.push(first);
+                let room = self.max_batch.saturating_sub(batch.len());
+                batch.extend(rx.try_iter().take(room));
             }
-            let room = self.max_batch.saturating_sub(batch.len());
-            batch.extend(rx.try_iter().take(room));
+            // Owed releases ride along a bounded number at a time, so a
+            // long outage never turns into one huge pipeline.
+            let chunk = owed.len().min(self.max_batch.max(OWED_CHUNK));
+            batch.extend(owed.drain(..chunk));
             self.serve(&mut batch);
-            undelivered.extend(batch.drain(..).filter(|r| r.persistent));
+            if stopping {
+                // One last try (above) for what is still owed.
+                return;
+            }
+            owed.extend(batch.drain(..));
+            // Past this many, the oldest are given up: their keys expire
+            // with their TTL, as with any release that cannot be sent.
+            if owed.len() > MAX_OWED {
+                let excess = owed.len() - MAX_OWED;
+                owed.drain(..excess);
+            }
         }
     }
 

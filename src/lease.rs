@@ -104,7 +104,8 @@ impl Lease {
         }
         st.lost = Some(reason);
         for tx in st.listeners.drain(..) {
-            let _ = tx.send(reason);
+            // Each listener has room for its one message.
+            let _ = tx.try_send(reason);
         }
         self.changed.notify_all();
     }
