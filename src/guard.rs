@@ -110,9 +110,12 @@ impl LockGuard {
     /// Releases the lock on every instance and waits until a quorum
     /// confirmed it (at most the per-instance timeout).
     ///
-    /// Returns [`Error::Lost`] if the lease was lost before (the keys of a
-    /// newer holder are left alone), or [`Error::Unavailable`] if too few
-    /// instances answered; the lease then ends with its TTL.
+    /// Returns [`Error::Lost`] if the lease was lost before, including when
+    /// its validity ran out (the work done meanwhile was not protected, even
+    /// if our keys were still there to delete; a newer holder's keys are
+    /// left alone), or [`Error::Unavailable`] if too few instances
+    /// answered: the release is still retried in the background until the
+    /// lease would have expired anyway.
     pub fn release(self) -> Result<(), Error> {
         lease::release(self.client.shared(), &self.lease)
         // Drop finds the lease released and does nothing more.

@@ -215,3 +215,23 @@ fn manual_extend_with_the_watchdog_keeps_the_new_ttl() {
     assert!(pttl > 3500, "watchdog went back to the old TTL: {pttl}");
     assert!(guard.validity() > Duration::from_millis(3000));
 }
+
+#[test]
+fn the_lifetime_cap_ends_the_lease() {
+    let cluster = RedisCluster::start(3);
+    let locks = builder(&cluster)
+        .max_lease_lifetime(Some(Duration::from_millis(1000)))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let guard = locks.lock_with("lifetime", short(600)).unwrap();
+    let reason = guard.wait_lost(Duration::from_secs(5)).expect("runs out");
+    assert_eq!(reason, LossReason::ExtensionLimit);
+    // Extended while younger than 1 s, then left to run out its last TTL.
+    let lived = start.elapsed();
+    assert!(lived >= Duration::from_millis(1000), "{lived:?}");
+    assert!(lived < Duration::from_millis(2500), "{lived:?}");
+    assert!(eventually(Duration::from_secs(2), || holders(
+        &cluster, "lifetime"
+    ) == 0));
+}
