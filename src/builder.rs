@@ -18,6 +18,9 @@ use crate::{Error, LockOptions};
 /// does not outlive a month.
 pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
+/// Longest fencing counter idle time accepted.
+const MAX_FENCE_IDLE: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
 /// Requests queued for one instance before new ones are refused.
 const QUEUE_CAPACITY: usize = 64 * 1024;
 
@@ -305,9 +308,9 @@ impl RedlockBuilder {
         }
         let cfg = &self.config;
         validate_prefix(&cfg.prefix)?;
-        if cfg.instance_timeout < Duration::from_millis(1) {
+        if cfg.instance_timeout < Duration::from_millis(1) || cfg.instance_timeout > MAX_TTL {
             return Err(Error::invalid_config(
-                "instance_timeout must be at least 1 ms",
+                "instance_timeout must be between 1 ms and 30 days (and far below the TTL)",
             ));
         }
         if !(cfg.drift_factor.is_finite() && (0.0..1.0).contains(&cfg.drift_factor)) {
@@ -321,15 +324,17 @@ impl RedlockBuilder {
                 "clock drift floor is longer than 30 days",
             ));
         }
-        if cfg.retry_delay < Duration::from_millis(1) {
-            return Err(Error::invalid_config("retry_delay must be at least 1 ms"));
+        if cfg.retry_delay < Duration::from_millis(1) || cfg.retry_delay > MAX_TTL {
+            return Err(Error::invalid_config(
+                "retry_delay must be between 1 ms and 30 days",
+            ));
         }
         if cfg.max_pipeline == 0 {
             return Err(Error::invalid_config("max_pipeline must be at least 1"));
         }
-        if cfg.fence_idle < Duration::from_secs(1) {
+        if cfg.fence_idle < Duration::from_secs(1) || cfg.fence_idle > MAX_FENCE_IDLE {
             return Err(Error::invalid_config(
-                "fence_idle_expiry must be at least 1 s",
+                "fence_idle_expiry must be between 1 s and 10 years",
             ));
         }
         cfg.validate(&cfg.defaults).map_err(|e| match e {

@@ -55,6 +55,21 @@ fn configuration_mistakes_are_refused_with_a_reason() {
             .build(),
     );
     assert!(timeout.contains("instance_timeout"), "{timeout}");
+    for huge in [
+        Redlock::builder(one)
+            .instance_timeout(Duration::MAX)
+            .build(),
+        Redlock::builder(one).retry_delay(Duration::MAX).build(),
+        Redlock::builder(one)
+            .fence_idle_expiry(Duration::MAX)
+            .build(),
+        Redlock::builder(one)
+            .clock_drift(0.5, Duration::MAX)
+            .build(),
+        Redlock::builder(one).max_pipeline(0).build(),
+    ] {
+        config_error(huge);
+    }
     let defaults = config_error(
         Redlock::builder(one)
             .default_options(LockOptions::new().ttl(Duration::from_millis(50)))
