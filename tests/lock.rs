@@ -312,3 +312,18 @@ fn a_waiter_is_woken_by_the_release_not_by_a_timer() {
     let median = handoffs[handoffs.len() / 2];
     assert!(median < Duration::from_millis(60), "handoffs: {handoffs:?}");
 }
+
+#[test]
+fn any_resource_name_is_a_distinct_lock() {
+    let cluster = RedisCluster::start(3);
+    let locks = client(&cluster);
+    let long = "x".repeat(1024);
+    let names = ["a}b{c", "{x}", "ünïcødé\n\t", " ", &long];
+    let guards: Vec<_> = names.iter().map(|n| locks.try_lock(n).unwrap()).collect();
+    for (guard, name) in guards.iter().zip(names) {
+        assert_eq!(guard.resource(), name);
+        assert_eq!(holders(&cluster, name), 3);
+    }
+    // Each is its own lock: holding one does not block the others' names.
+    assert!(locks.try_lock("a}b").is_ok());
+}
