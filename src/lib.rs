@@ -143,3 +143,22 @@ pub use guard::LockGuard;
 pub use keys::MAX_RESOURCE_LEN;
 pub use options::LockOptions;
 pub use token::FencingToken;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send_sync<T: Send + Sync>() {}
+    fn clone<T: Clone>() {}
+
+    #[test]
+    fn public_types_can_cross_threads() {
+        send_sync::<Redlock>();
+        clone::<Redlock>();
+        send_sync::<LockGuard>();
+        send_sync::<Error>();
+        send_sync::<InstanceError>();
+        send_sync::<FencingToken>();
+        send_sync::<LockOptions>();
+    }
+}
