@@ -205,6 +205,17 @@ pub enum InstanceErrorKind {
     Overloaded,
 }
 
+impl InstanceErrorKind {
+    /// The kind of an error reply, from its code (its first word).
+    pub(crate) fn from_code(code: &str) -> Self {
+        match code {
+            "WRONGTYPE" => InstanceErrorKind::WrongType,
+            "NOAUTH" | "WRONGPASS" | "NOPERM" => InstanceErrorKind::Auth,
+            _ => InstanceErrorKind::Server,
+        }
+    }
+}
+
 /// The error of one instance, as part of [`Error::Unavailable`] or
 /// [`Error::WrongType`].
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -125,11 +125,7 @@ impl Instances {
             answered[index] = true;
             let vote = match result {
                 Ok(Value::ServerError(e)) => {
-                    let kind = if e.code() == "WRONGTYPE" {
-                        InstanceErrorKind::WrongType
-                    } else {
-                        InstanceErrorKind::Server
-                    };
+                    let kind = InstanceErrorKind::from_code(e.code());
                     let detail = e
                         .details()
                         .map_or_else(|| e.code().to_string(), |d| format!("{} {d}", e.code()));
