@@ -28,6 +28,9 @@ fn a_held_guard_outlives_its_ttl() {
     let locks = client(&cluster);
     let rival = client(&cluster);
     let guard = locks.lock_with("long-job", short(1000)).unwrap();
+    assert!(eventually(Duration::from_secs(1), || holders(
+        &cluster, "long-job"
+    ) == 5));
     let end = Instant::now() + Duration::from_millis(3500);
     let mut max_pttl_seen = 0;
     while Instant::now() < end {
@@ -115,6 +118,9 @@ fn a_key_deleted_behind_our_back_is_detected_and_the_new_holder_spared() {
     let locks = client(&cluster);
     let rival = client(&cluster);
     let guard = locks.lock_with("stolen", short(1500)).unwrap();
+    assert!(eventually(Duration::from_secs(1), || holders(
+        &cluster, "stolen"
+    ) == 5));
     // Stands in for a clock jump: the key vanishes on a majority.
     for i in [0, 1, 2] {
         assert!(cluster.server(i).del(&lock_key("stolen")));
