@@ -204,7 +204,9 @@ impl Redlock {
     /// Pings every instance through its worker and reports each one's round
     /// trip or error, in the order the instances were given. Useful for
     /// readiness checks: it tells which instance is down or rejects our
-    /// credentials.
+    /// credentials. Each ping queues behind what this client already sent
+    /// that instance, so a successful ping also means those requests (a
+    /// dropped guard's release, say) were processed there.
     pub fn ping(&self) -> Vec<(String, Result<Duration, InstanceError>)> {
         let shared = self.shared();
         let start = Instant::now();

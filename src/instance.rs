@@ -155,15 +155,15 @@ impl Worker {
                 rx.recv_timeout(RETRY_PAUSE)
             };
             let stopping = matches!(next, Err(RecvTimeoutError::Disconnected));
+            // Owed releases go first, a bounded number at a time, so a long
+            // outage never turns into one huge pipeline.
+            let chunk = owed.len().min(self.max_batch.max(OWED_CHUNK));
+            batch.extend(owed.drain(..chunk));
             if let Ok(first) = next {
                 batch.push(first);
                 let room = self.max_batch.saturating_sub(batch.len());
                 batch.extend(rx.try_iter().take(room));
             }
-            // Owed releases ride along a bounded number at a time, so a
-            // long outage never turns into one huge pipeline.
-            let chunk = owed.len().min(self.max_batch.max(OWED_CHUNK));
-            batch.extend(owed.drain(..chunk));
             self.serve(&mut batch);
             if stopping {
                 // One last try (above) for what is still owed.

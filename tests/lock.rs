@@ -222,12 +222,18 @@ fn releasing_an_expired_lease_is_lost_and_spares_the_new_holder() {
     let fresh = eventually(Duration::from_secs(2), || holders(&cluster, "lease") == 0)
         .then(|| other.lock("lease").unwrap())
         .expect("old lease expires on the instances");
+    assert!(eventually(Duration::from_secs(2), || holders(
+        &cluster, "lease"
+    ) == 3));
     let value_of_new_holder = cluster.server(0).get(&lock_key("lease"));
     assert!(matches!(
         stale.extend(Duration::from_secs(1)),
         Err(Error::Lost { .. })
     ));
     assert!(matches!(stale.release(), Err(Error::Lost { .. })));
+    // A ping goes through each instance's queue behind the release: once
+    // every instance answered it, every instance has seen the release.
+    assert!(locks.ping().iter().all(|(_, r)| r.is_ok()));
     assert_eq!(
         holders(&cluster, "lease"),
         3,
