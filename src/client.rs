@@ -133,6 +133,16 @@ impl Redlock {
         // Acquisition plus a fence raise round, each bounded by the timeout.
         let latest_start = deadline.checked_sub(shared.cfg.instance_timeout * 2);
         let mut watch: Option<Watch<'_>> = None;
+        if options.get_wait() > Duration::ZERO && self.inner.notifier.has_waiters(&keys.channel) {
+            // Calls of this client already wait for this lock: queue behind
+            // them rather than barge in and split the vote with the one
+            // that the next release wakes.
+            let queued = self.inner.notifier.watch(&keys.channel);
+            let until =
+                latest_start.map_or(Instant::now(), |t| t.min(Instant::now() + MAX_NOTIFY_WAIT));
+            queued.wait_released(until);
+            watch = Some(queued);
+        }
         let mut attempts = 0;
         loop {
             attempts += 1;

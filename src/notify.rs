@@ -73,6 +73,11 @@ impl Notifier {
         })
     }
 
+    /// True when calls of this client already wait for `channel`.
+    pub fn has_waiters(&self, channel: &str) -> bool {
+        self.registry.channels.lock().contains_key(channel)
+    }
+
     /// Registers interest in `channel` until the returned watch is dropped.
     pub fn watch(&self, channel: &str) -> Watch<'_> {
         let (wake_tx, wake) = crossbeam_channel::bounded(1);
@@ -148,6 +153,12 @@ impl Drop for Watch<'_> {
         let mut channels = self.registry.channels.lock();
         if let Some(waiters) = channels.get_mut(&self.channel) {
             waiters.retain(|w| w.id != self.id);
+            // A wake-up this call did not use goes to the next in line.
+            if self.wake.try_recv().is_ok() {
+                if let Some(next) = waiters.first() {
+                    let _ = next.wake.try_send(());
+                }
+            }
             if waiters.is_empty() {
                 channels.remove(&self.channel);
             }
@@ -258,11 +269,18 @@ impl Subscriber {
         self.acked.retain(|id| live.contains(id));
     }
 
+    /// Wakes the longest-waiting call for the channel only: the calls of
+    /// one client then take turns instead of all rushing at the lock and
+    /// splitting the vote among themselves.
     fn wake(&self, channel: &str) {
-        if let Some(waiters) = self.registry.channels.lock().get(channel) {
-            for waiter in waiters {
-                let _ = waiter.wake.try_send(());
-            }
+        if let Some(first) = self
+            .registry
+            .channels
+            .lock()
+            .get(channel)
+            .and_then(|w| w.first())
+        {
+            let _ = first.wake.try_send(());
         }
     }
 }
