@@ -343,3 +343,32 @@ fn any_resource_name_is_a_distinct_lock() {
     // Each is its own lock: holding one does not block the others' names.
     assert!(locks.try_lock("a}b").is_ok());
 }
+
+#[test]
+fn waiters_of_one_client_take_turns() {
+    let cluster = RedisCluster::start(3);
+    let locks = client(&cluster);
+    let end = Instant::now() + Duration::from_millis(1500);
+    let counts: Vec<usize> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..4)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut got = 0;
+                    while Instant::now() < end {
+                        let guard = locks.lock("shared-printer").unwrap();
+                        std::thread::sleep(Duration::from_millis(1));
+                        guard.release().unwrap();
+                        got += 1;
+                    }
+                    got
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    let total: usize = counts.iter().sum();
+    assert!(total > 40, "{counts:?}");
+    for c in &counts {
+        assert!(*c * 100 >= total * 15, "a worker was starved: {counts:?}");
+    }
+}
