@@ -49,34 +49,25 @@
 //! `BENCH_SECS` (throughput seconds, 2), `BENCH_CONTENTION_SECS` (3),
 //! `BENCH_CYCLES` (200000), `BENCH_WARMUP` (ops before each scenario, 300).
 
-use std::process::Command;
-use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use redfence::testing::{Fault, FaultProxy, RedisCluster};
 use redfence::{Error, LockOptions, Redlock};
 
+#[path = "common/bench_support.rs"]
+mod bench_support;
+
+use bench_support::{
+    contention, env_or, fmt_dur, machine_summary, median_by, next_resource, ratio, raw_baseline,
+    redis_version, send_to_all, single_thread, throughput, uuid_like, Contention, Hold, Sample,
+    CONTENTION_WORKERS, CRITICAL_SECTION,
+};
+
 /// Threads used by the throughput scenarios.
 const THREAD_COUNTS: [usize; 3] = [1, 4, 16];
-/// Threads of the contention scenario.
-const WORKERS: usize = 4;
 /// Threads of the memory scenario.
 const MEMORY_THREADS: usize = 16;
-/// What a contention worker does while holding the lock.
-const CRITICAL_SECTION: Duration = Duration::from_millis(1);
-
-/// Source of distinct resource names across the whole run.
-static NEXT_RESOURCE: AtomicU64 = AtomicU64::new(0);
-
-fn next_resource(tag: &str) -> String {
-    format!(
-        "bench:{tag}:{}",
-        NEXT_RESOURCE.fetch_add(1, Ordering::Relaxed)
-    )
-}
 
 /// Run settings, from the environment.
 struct Settings {
@@ -101,82 +92,9 @@ impl Settings {
     }
 }
 
-fn env_or<T: FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a valid value")),
-        Err(_) => default,
-    }
-}
-
-/// One repeat's figures.
-#[derive(Debug, Clone, Copy, Default)]
-struct Sample {
-    p50: Duration,
-    p99: Duration,
-    ops_per_sec: f64,
-    errors: usize,
-}
-
-impl Sample {
-    fn new(mut latencies: Vec<Duration>, elapsed: Duration, errors: usize) -> Sample {
-        latencies.sort_unstable();
-        Sample {
-            p50: percentile(&latencies, 0.50),
-            p99: percentile(&latencies, 0.99),
-            ops_per_sec: latencies.len() as f64 / elapsed.as_secs_f64(),
-            errors,
-        }
-    }
-
-    /// The median of each figure across repeats; errors are summed.
-    fn median(samples: &[Sample]) -> Sample {
-        Sample {
-            p50: median_by(samples, |s| s.p50),
-            p99: median_by(samples, |s| s.p99),
-            ops_per_sec: median_by(samples, |s| s.ops_per_sec),
-            errors: samples.iter().map(|s| s.errors).sum(),
-        }
-    }
-}
-
-/// The value at quantile `q` of an ascending slice (nearest rank).
-fn percentile(sorted: &[Duration], q: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((sorted.len() - 1) as f64 * q).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
-}
-
-fn median_by<T: Copy + PartialOrd, U>(items: &[U], key: impl Fn(&U) -> T) -> T {
-    let mut values: Vec<T> = items.iter().map(key).collect();
-    values.sort_by(|a, b| a.partial_cmp(b).expect("no NaN in measurements"));
-    values[values.len() / 2]
-}
-
-fn repeat(settings: &Settings, mut run: impl FnMut() -> Sample) -> Sample {
-    let samples: Vec<Sample> = (0..settings.repeats).map(|_| run()).collect();
-    Sample::median(&samples)
-}
-
-fn fmt_dur(d: Duration) -> String {
-    let us = d.as_secs_f64() * 1e6;
-    if us >= 10_000.0 {
-        format!("{:.1} ms", us / 1000.0)
-    } else {
-        format!("{us:.0} µs")
-    }
-}
-
-fn ratio(a: Duration, b: Duration) -> String {
-    if b.is_zero() {
-        "-".to_string()
-    } else {
-        format!("{:.2}×", a.as_secs_f64() / b.as_secs_f64())
-    }
+/// `run` done `settings.repeats` times; the median of its samples.
+fn repeat(settings: &Settings, run: impl FnMut() -> Sample) -> Sample {
+    bench_support::repeat(settings.repeats, run)
 }
 
 /// Options of every measured lock call: no watchdog, default 30 s TTL.
@@ -186,41 +104,6 @@ fn opts() -> LockOptions {
 
 fn lock_release(locks: &Redlock, resource: &str) -> Result<(), Error> {
     locks.lock_with(resource, opts())?.release()
-}
-
-/// Scenario 1: SET NX PX then DEL on five plain connections, pipelined
-/// across instances (write all five, then read all five).
-fn raw_baseline(cluster: &RedisCluster, ops: usize) -> Sample {
-    let mut conns: Vec<redis::Connection> = cluster.iter().map(|s| s.connection()).collect();
-    let value = uuid_like();
-    let mut latencies = Vec::with_capacity(ops);
-    let mut errors = 0;
-    let start = Instant::now();
-    for _ in 0..ops {
-        let key = next_resource("raw");
-        let t0 = Instant::now();
-        let set = redis::cmd("SET")
-            .arg(&key)
-            .arg(&value)
-            .arg("NX")
-            .arg("PX")
-            .arg(30_000)
-            .get_packed_command();
-        let del = redis::cmd("DEL").arg(&key).get_packed_command();
-        for packed in [&set, &del] {
-            for conn in &mut conns {
-                conn.send_packed_command(packed).expect("raw send");
-            }
-            for conn in &mut conns {
-                match conn.recv_response() {
-                    Ok(redis::Value::Okay) | Ok(redis::Value::Int(1)) => {}
-                    Ok(_) | Err(_) => errors += 1,
-                }
-            }
-        }
-        latencies.push(t0.elapsed());
-    }
-    Sample::new(latencies, start.elapsed(), errors)
 }
 
 /// Scenario 1b: redfence's own acquire and release scripts (EVALSHA) on five
@@ -274,39 +157,10 @@ fn raw_scripts_baseline(cluster: &RedisCluster, ops: usize) -> Sample {
             .arg(&value)
             .arg("raw:released")
             .get_packed_command();
-        for packed in [&acq, &rel] {
-            for conn in &mut conns {
-                conn.send_packed_command(packed).expect("raw send");
-            }
-            for conn in &mut conns {
-                match conn.recv_response() {
-                    Ok(redis::Value::Array(_)) | Ok(redis::Value::Int(1)) => {}
-                    Ok(_) | Err(_) => errors += 1,
-                }
-            }
-        }
+        errors += send_to_all(&mut conns, [&acq, &rel], |reply| {
+            matches!(reply, redis::Value::Array(_) | redis::Value::Int(1))
+        });
         latencies.push(t0.elapsed());
-    }
-    Sample::new(latencies, start.elapsed(), errors)
-}
-
-/// A lock value of the same length as a UUID, for the raw baseline.
-fn uuid_like() -> String {
-    "0f8a3c1e-5b7d-4e2a-9c6f-1d2b3a4c5d6e".to_string()
-}
-
-/// Scenario 2: lock + release of distinct resources on one thread.
-fn single_thread(locks: &Redlock, ops: usize) -> Sample {
-    let mut latencies = Vec::with_capacity(ops);
-    let mut errors = 0;
-    let start = Instant::now();
-    for _ in 0..ops {
-        let name = next_resource("one");
-        let t0 = Instant::now();
-        match lock_release(locks, &name) {
-            Ok(()) => latencies.push(t0.elapsed()),
-            Err(_) => errors += 1,
-        }
     }
     Sample::new(latencies, start.elapsed(), errors)
 }
@@ -322,122 +176,27 @@ fn warm_up(locks: &Redlock, ops: usize) -> Duration {
     slowest
 }
 
+/// Scenario 2: lock + release of distinct resources on one thread.
+fn single_run(locks: &Redlock, ops: usize) -> Sample {
+    single_thread(ops, |resource| lock_release(locks, resource))
+}
+
 /// Scenario 3: `threads` threads doing lock + release of distinct resources
 /// for `duration`.
-fn throughput(locks: &Redlock, threads: usize, duration: Duration) -> Sample {
-    let barrier = Barrier::new(threads + 1);
-    let (results, elapsed) = thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                let barrier = &barrier;
-                scope.spawn(move || {
-                    let mut latencies = Vec::new();
-                    let mut errors = 0;
-                    barrier.wait();
-                    let end = Instant::now() + duration;
-                    while Instant::now() < end {
-                        let name = next_resource("tp");
-                        let t0 = Instant::now();
-                        match lock_release(locks, &name) {
-                            Ok(()) => latencies.push(t0.elapsed()),
-                            Err(_) => errors += 1,
-                        }
-                    }
-                    (latencies, errors)
-                })
-            })
-            .collect();
-        barrier.wait();
-        let start = Instant::now();
-        let results: Vec<(Vec<Duration>, usize)> = handles
-            .into_iter()
-            .map(|h| h.join().expect("throughput worker panicked"))
-            .collect();
-        (results, start.elapsed())
-    });
-    let errors = results.iter().map(|r| r.1).sum();
-    let latencies = results.into_iter().flat_map(|r| r.0).collect();
-    Sample::new(latencies, elapsed, errors)
+fn throughput_run(locks: &Redlock, threads: usize, duration: Duration) -> Sample {
+    throughput(threads, duration, |resource| lock_release(locks, resource))
 }
 
-/// Scenario 5's figures for one repeat.
-#[derive(Debug, Clone, Copy, Default)]
-struct Contention {
-    acquisitions_per_sec: f64,
-    lock: Sample,
-    handoff_p50: Duration,
-    handoff_p99: Duration,
-    min_share: f64,
-    max_share: f64,
-}
-
-/// Scenario 5: `WORKERS` threads, one resource, `CRITICAL_SECTION` held.
-fn contention(locks: &Redlock, duration: Duration) -> Contention {
-    let resource = next_resource("contended");
-    let barrier = Barrier::new(WORKERS + 1);
-    // Per worker: (lock returned, release returned) of each acquisition,
-    // lock-call latencies, errors.
-    type WorkerLog = (Vec<(Instant, Instant)>, Vec<Duration>, usize);
-    let (logs, elapsed) = thread::scope(|scope| {
-        let handles: Vec<_> = (0..WORKERS)
-            .map(|_| {
-                let (barrier, resource) = (&barrier, &resource);
-                scope.spawn(move || -> WorkerLog {
-                    let mut holds = Vec::new();
-                    let mut latencies = Vec::new();
-                    let mut errors = 0;
-                    barrier.wait();
-                    let end = Instant::now() + duration;
-                    while Instant::now() < end {
-                        let t0 = Instant::now();
-                        let guard = match locks.lock_with(resource, opts()) {
-                            Ok(guard) => guard,
-                            Err(_) => {
-                                errors += 1;
-                                continue;
-                            }
-                        };
-                        let acquired = Instant::now();
-                        latencies.push(acquired - t0);
-                        thread::sleep(CRITICAL_SECTION);
-                        if guard.release().is_err() {
-                            errors += 1;
-                        }
-                        holds.push((acquired, Instant::now()));
-                    }
-                    (holds, latencies, errors)
-                })
-            })
-            .collect();
-        barrier.wait();
-        let start = Instant::now();
-        let logs: Vec<WorkerLog> = handles
-            .into_iter()
-            .map(|h| h.join().expect("contention worker panicked"))
-            .collect();
-        (logs, start.elapsed())
-    });
-
-    let counts: Vec<usize> = logs.iter().map(|l| l.0.len()).collect();
-    let total: usize = counts.iter().sum();
-    let share = |n: usize| n as f64 / total.max(1) as f64;
-    let mut holds: Vec<(Instant, Instant)> = logs.iter().flat_map(|l| l.0.clone()).collect();
-    holds.sort_unstable_by_key(|h| h.0);
-    let mut handoffs: Vec<Duration> = holds
-        .windows(2)
-        .map(|w| w[1].0.saturating_duration_since(w[0].1))
-        .collect();
-    handoffs.sort_unstable();
-    let errors = logs.iter().map(|l| l.2).sum();
-    let latencies: Vec<Duration> = logs.into_iter().flat_map(|l| l.1).collect();
-    Contention {
-        acquisitions_per_sec: total as f64 / elapsed.as_secs_f64(),
-        lock: Sample::new(latencies, elapsed, errors),
-        handoff_p50: percentile(&handoffs, 0.50),
-        handoff_p99: percentile(&handoffs, 0.99),
-        min_share: counts.iter().map(|&n| share(n)).fold(1.0, f64::min),
-        max_share: counts.iter().map(|&n| share(n)).fold(0.0, f64::max),
-    }
+/// Scenario 5: `CONTENTION_WORKERS` threads, one resource, `CRITICAL_SECTION` held.
+fn contention_run(locks: &Redlock, duration: Duration) -> Contention {
+    contention(duration, |resource, hold| -> Result<Hold, Error> {
+        let called = Instant::now();
+        let guard = locks.lock_with(resource, opts())?;
+        let acquired = Instant::now();
+        thread::sleep(hold);
+        guard.release()?;
+        Ok(Hold::released_now(called, acquired))
+    })
 }
 
 /// `VmRSS` and `Threads` of this process, from `/proc/self/status`.
@@ -536,16 +295,6 @@ fn print_rows(rows: &[Row]) {
     }
 }
 
-fn command_output(program: &str, args: &[&str]) -> String {
-    Command::new(program)
-        .args(args)
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "?".to_string())
-}
-
 fn print_machine(settings: &Settings) {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -556,12 +305,8 @@ fn print_machine(settings: &Settings) {
         })
         .unwrap_or_else(|| "?".to_string());
     println!("# redfence benchmark\n");
-    println!(
-        "machine: nproc {}, kernel {}, cpu {cpu}",
-        command_output("nproc", &[]),
-        command_output("uname", &["-r"])
-    );
-    println!("redis: {}", command_output("redis-server", &["--version"]));
+    println!("machine: {}, cpu {cpu}", machine_summary());
+    println!("redis: {}", redis_version());
     println!(
         "settings: {} repeats (median shown), {} single-thread ops, {:?} per throughput run, \
          {:?} contention, {} memory cycles, {} warm-up ops\n",
@@ -584,8 +329,8 @@ fn fault_rows(
     healthy_16: &Sample,
 ) -> Vec<Row> {
     let slowest = warm_up(locks, settings.warmup);
-    let one = repeat(settings, || single_thread(locks, settings.ops));
-    let many = repeat(settings, || throughput(locks, 16, settings.secs));
+    let one = repeat(settings, || single_run(locks, settings.ops));
+    let many = repeat(settings, || throughput_run(locks, 16, settings.secs));
     vec![
         Row {
             scenario: format!("{label}, 1 thread"),
@@ -645,7 +390,7 @@ fn main() {
     let _ = raw_scripts_baseline(&cluster, settings.warmup.max(1));
     let raw_scripts = repeat(&settings, || raw_scripts_baseline(&cluster, settings.ops));
     warm_up(&locks, settings.warmup);
-    let single = repeat(&settings, || single_thread(&locks, settings.ops));
+    let single = repeat(&settings, || single_run(&locks, settings.ops));
     let mut rows = vec![
         Row {
             scenario: "raw SET NX PX + DEL ×5 (plain redis), 1 thread".into(),
@@ -681,7 +426,7 @@ fn main() {
     // 3: throughput.
     let mut by_threads = Vec::new();
     for threads in THREAD_COUNTS {
-        let sample = repeat(&settings, || throughput(&locks, threads, settings.secs));
+        let sample = repeat(&settings, || throughput_run(&locks, threads, settings.secs));
         by_threads.push(sample);
         rows.push(Row {
             scenario: format!("redfence throughput, {threads} thread(s)"),
@@ -699,7 +444,7 @@ fn main() {
         .max_pipeline(1)
         .build()
         .expect("client without pipelining");
-    let sample = repeat(&settings, || throughput(&unbatched, 16, settings.secs));
+    let sample = repeat(&settings, || throughput_run(&unbatched, 16, settings.secs));
     rows.push(Row {
         scenario: "redfence throughput, 16 threads, auto-pipelining off".into(),
         sample,
@@ -751,13 +496,13 @@ fn main() {
 
     // 5: contention.
     let runs: Vec<Contention> = (0..settings.repeats)
-        .map(|_| contention(&locks, settings.contention_secs))
+        .map(|_| contention_run(&locks, settings.contention_secs))
         .collect();
     let lock = Sample::median(&runs.iter().map(|r| r.lock).collect::<Vec<_>>());
     let handoff_p50 = median_by(&runs, |r| r.handoff_p50);
     let handoff_p99 = median_by(&runs, |r| r.handoff_p99);
     println!(
-        "## Contention: {WORKERS} workers, one resource, {} ms critical section\n",
+        "## Contention: {CONTENTION_WORKERS} workers, one resource, {} ms critical section\n",
         CRITICAL_SECTION.as_millis()
     );
     println!(

@@ -26,34 +26,27 @@
 //! Knobs: `PEERS_REPEATS` (3), `PEERS_OPS` (1000), `PEERS_SECS` (2),
 //! `PEERS_CONTENTION_SECS` (3), `PEERS_STOPPED_OPS` (500, or 10 s).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Barrier};
+use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use redfence::testing::RedisCluster;
 use redfence::{LockOptions, Redlock};
 
+#[path = "../../common/bench_support.rs"]
+mod bench_support;
+
+use bench_support::{
+    contention, env_or, fmt_dur, machine_summary, median_by, next_resource, ratio, ratio_f64,
+    raw_baseline, redis_version, repeat, single_thread, throughput, Contention, Hold, Sample,
+    CONTENTION_WORKERS, CRITICAL_SECTION,
+};
+
 const TTL: Duration = Duration::from_secs(30);
-const CONTENDERS: usize = 4;
-const CRITICAL_SECTION: Duration = Duration::from_millis(1);
 /// How long a run may go without finishing an op before it counts as hung.
 const HANG_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest a one-instance-stopped run goes on (a slow peer does fewer ops).
 const STOPPED_BUDGET: Duration = Duration::from_secs(10);
-
-static NEXT: AtomicU64 = AtomicU64::new(0);
-
-fn next_resource(tag: &str) -> String {
-    format!("peers:{tag}:{}", NEXT.fetch_add(1, Ordering::Relaxed))
-}
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
-}
 
 /// A lock client under test.
 trait Locker: Send + Sync {
@@ -61,8 +54,8 @@ trait Locker: Send + Sync {
     /// One attempt (with the crate's own retries) and a release.
     fn lock_release(&self, resource: &str) -> Result<(), String>;
     /// Waits for the lock the crate's usual blocking way, holds it for
-    /// `hold`, releases it; returns how long the lock call took.
-    fn contend(&self, resource: &str, hold: Duration) -> Result<Duration, String>;
+    /// `hold`, releases it; returns when each of that happened.
+    fn contend(&self, resource: &str, hold: Duration) -> Result<Hold, String>;
 }
 
 struct Redfence(Redlock);
@@ -81,17 +74,17 @@ impl Locker for Redfence {
         guard.release().map_err(|e| e.to_string())
     }
 
-    fn contend(&self, resource: &str, hold: Duration) -> Result<Duration, String> {
-        let t0 = Instant::now();
+    fn contend(&self, resource: &str, hold: Duration) -> Result<Hold, String> {
+        let called = Instant::now();
         let opts = LockOptions::new().auto_extend(false);
         let guard = self
             .0
             .lock_with(resource, opts)
             .map_err(|e| e.to_string())?;
-        let took = t0.elapsed();
+        let acquired = Instant::now();
         thread::sleep(hold);
         guard.release().map_err(|e| e.to_string())?;
-        Ok(took)
+        Ok(Hold::released_now(called, acquired))
     }
 }
 
@@ -113,16 +106,16 @@ impl Locker for RedlockRs {
         }
     }
 
-    fn contend(&self, resource: &str, hold: Duration) -> Result<Duration, String> {
-        let t0 = Instant::now();
+    fn contend(&self, resource: &str, hold: Duration) -> Result<Hold, String> {
+        let called = Instant::now();
         let guard = self
             .0
             .acquire(resource.as_bytes(), TTL.as_millis() as usize)
             .map_err(|e| e.to_string())?;
-        let took = t0.elapsed();
+        let acquired = Instant::now();
         thread::sleep(hold);
         drop(guard); // unlocks
-        Ok(took)
+        Ok(Hold::released_now(called, acquired))
     }
 }
 
@@ -148,162 +141,20 @@ impl Locker for Rslock {
         })
     }
 
-    fn contend(&self, resource: &str, hold: Duration) -> Result<Duration, String> {
+    fn contend(&self, resource: &str, hold: Duration) -> Result<Hold, String> {
         self.runtime.block_on(async {
-            let t0 = Instant::now();
+            let called = Instant::now();
             let guard = self
                 .manager
                 .acquire(resource, TTL)
                 .await
                 .map_err(|e| e.to_string())?;
-            let took = t0.elapsed();
+            let acquired = Instant::now();
             thread::sleep(hold);
             guard.release().await;
-            Ok(took)
+            Ok(Hold::released_now(called, acquired))
         })
     }
-}
-
-#[derive(Debug, Clone, Copy, Default)]
-struct Sample {
-    p50: Duration,
-    p99: Duration,
-    ops_per_sec: f64,
-    errors: usize,
-}
-
-impl Sample {
-    fn new(mut latencies: Vec<Duration>, elapsed: Duration, errors: usize) -> Sample {
-        latencies.sort_unstable();
-        Sample {
-            p50: percentile(&latencies, 0.50),
-            p99: percentile(&latencies, 0.99),
-            ops_per_sec: latencies.len() as f64 / elapsed.as_secs_f64(),
-            errors,
-        }
-    }
-
-    fn median(samples: &[Sample]) -> Sample {
-        Sample {
-            p50: median_by(samples, |s| s.p50),
-            p99: median_by(samples, |s| s.p99),
-            ops_per_sec: median_by(samples, |s| s.ops_per_sec),
-            errors: samples.iter().map(|s| s.errors).sum(),
-        }
-    }
-}
-
-fn percentile(sorted: &[Duration], q: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
-}
-
-fn median_by<T: Copy + PartialOrd, U>(items: &[U], key: impl Fn(&U) -> T) -> T {
-    let mut values: Vec<T> = items.iter().map(key).collect();
-    values.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
-    values[values.len() / 2]
-}
-
-fn fmt_dur(d: Duration) -> String {
-    let us = d.as_secs_f64() * 1e6;
-    if us >= 10_000.0 {
-        format!("{:.1} ms", us / 1000.0)
-    } else {
-        format!("{us:.0} µs")
-    }
-}
-
-fn ratio(a: f64, b: f64) -> String {
-    if b == 0.0 {
-        "-".into()
-    } else {
-        format!("{:.2}×", a / b)
-    }
-}
-
-/// SET NX PX + DEL on five plain connections, pipelined across instances.
-fn raw(cluster: &RedisCluster, ops: usize) -> Sample {
-    let mut conns: Vec<redis::Connection> = cluster.iter().map(|s| s.connection()).collect();
-    let mut latencies = Vec::with_capacity(ops);
-    let mut errors = 0;
-    let start = Instant::now();
-    for _ in 0..ops {
-        let key = next_resource("raw");
-        let t0 = Instant::now();
-        let set = redis::cmd("SET")
-            .arg(&key)
-            .arg("0f8a3c1e-5b7d-4e2a-9c6f-1d2b3a4c5d6e")
-            .arg("NX")
-            .arg("PX")
-            .arg(TTL.as_millis() as u64)
-            .get_packed_command();
-        let del = redis::cmd("DEL").arg(&key).get_packed_command();
-        for packed in [&set, &del] {
-            for conn in &mut conns {
-                conn.send_packed_command(packed).expect("raw send");
-            }
-            for conn in &mut conns {
-                if conn.recv_response().is_err() {
-                    errors += 1;
-                }
-            }
-        }
-        latencies.push(t0.elapsed());
-    }
-    Sample::new(latencies, start.elapsed(), errors)
-}
-
-fn single(locker: &dyn Locker, ops: usize) -> Sample {
-    let mut latencies = Vec::with_capacity(ops);
-    let mut errors = 0;
-    let start = Instant::now();
-    for _ in 0..ops {
-        let name = next_resource("one");
-        let t0 = Instant::now();
-        match locker.lock_release(&name) {
-            Ok(()) => latencies.push(t0.elapsed()),
-            Err(_) => errors += 1,
-        }
-    }
-    Sample::new(latencies, start.elapsed(), errors)
-}
-
-fn throughput(locker: &dyn Locker, threads: usize, duration: Duration) -> Sample {
-    let barrier = Barrier::new(threads + 1);
-    thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                let barrier = &barrier;
-                scope.spawn(move || {
-                    let (mut latencies, mut errors) = (Vec::new(), 0);
-                    barrier.wait();
-                    let end = Instant::now() + duration;
-                    while Instant::now() < end {
-                        let name = next_resource("tp");
-                        let t0 = Instant::now();
-                        match locker.lock_release(&name) {
-                            Ok(()) => latencies.push(t0.elapsed()),
-                            Err(_) => errors += 1,
-                        }
-                    }
-                    (latencies, errors)
-                })
-            })
-            .collect();
-        barrier.wait();
-        let start = Instant::now();
-        let results: Vec<(Vec<Duration>, usize)> =
-            handles.into_iter().map(|h| h.join().unwrap()).collect();
-        let elapsed = start.elapsed();
-        let errors = results.iter().map(|r| r.1).sum();
-        Sample::new(
-            results.into_iter().flat_map(|r| r.0).collect(),
-            elapsed,
-            errors,
-        )
-    })
 }
 
 /// rslock's native shape: `tasks` tokio tasks on the runtime.
@@ -384,64 +235,6 @@ fn single_guarded(locker: Arc<dyn Locker>, ops: usize) -> Guarded {
     Guarded::Done(Sample::new(latencies, start.elapsed(), errors), done)
 }
 
-struct Contention {
-    acquisitions_per_sec: f64,
-    lock: Sample,
-    min_share: f64,
-    max_share: f64,
-}
-
-fn contention(locker: &dyn Locker, duration: Duration) -> Contention {
-    let resource = next_resource("contended");
-    let barrier = Barrier::new(CONTENDERS + 1);
-    let (logs, elapsed) = thread::scope(|scope| {
-        let handles: Vec<_> = (0..CONTENDERS)
-            .map(|_| {
-                let (barrier, resource) = (&barrier, &resource);
-                scope.spawn(move || {
-                    let (mut latencies, mut errors) = (Vec::new(), 0usize);
-                    barrier.wait();
-                    let end = Instant::now() + duration;
-                    while Instant::now() < end {
-                        match locker.contend(resource, CRITICAL_SECTION) {
-                            Ok(d) => latencies.push(d),
-                            Err(_) => errors += 1,
-                        }
-                    }
-                    (latencies, errors)
-                })
-            })
-            .collect();
-        barrier.wait();
-        let start = Instant::now();
-        let logs: Vec<(Vec<Duration>, usize)> =
-            handles.into_iter().map(|h| h.join().unwrap()).collect();
-        (logs, start.elapsed())
-    });
-    let counts: Vec<usize> = logs.iter().map(|l| l.0.len()).collect();
-    let total: usize = counts.iter().sum();
-    let share = |n: usize| n as f64 / total.max(1) as f64;
-    let errors = logs.iter().map(|l| l.1).sum();
-    Contention {
-        acquisitions_per_sec: total as f64 / elapsed.as_secs_f64(),
-        lock: Sample::new(
-            logs.into_iter().flat_map(|l| l.0).collect(),
-            elapsed,
-            errors,
-        ),
-        min_share: counts.iter().map(|&n| share(n)).fold(1.0, f64::min),
-        max_share: counts.iter().map(|&n| share(n)).fold(0.0, f64::max),
-    }
-}
-
-fn command_output(program: &str, args: &[&str]) -> String {
-    std::process::Command::new(program)
-        .args(args)
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|_| "?".into())
-}
-
 fn main() {
     let repeats: usize = env_or("PEERS_REPEATS", 3usize).max(1);
     let ops: usize = env_or("PEERS_OPS", 1000usize).max(1);
@@ -450,12 +243,7 @@ fn main() {
     let stopped_ops: usize = env_or("PEERS_STOPPED_OPS", 500usize).max(1);
 
     println!("# redfence vs peers (same run)\n");
-    println!(
-        "machine: nproc {}, kernel {}; {}",
-        command_output("nproc", &[]),
-        command_output("uname", &["-r"]),
-        command_output("redis-server", &["--version"])
-    );
+    println!("machine: {}; {}", machine_summary(), redis_version());
     println!(
         "settings: {repeats} repeats (median shown), {ops} single-thread ops, {secs:?} \
          throughput runs, {contention_secs:?} contention, {stopped_ops} ops with one instance \
@@ -482,29 +270,20 @@ fn main() {
         }),
     ];
 
-    let _ = raw(&cluster, 200);
-    let raw_sample = Sample::median(&(0..repeats).map(|_| raw(&cluster, ops)).collect::<Vec<_>>());
+    let _ = raw_baseline(&cluster, 200);
+    let raw_sample = repeat(repeats, || raw_baseline(&cluster, ops));
 
     let mut singles = Vec::new();
     let mut many = Vec::new();
     for locker in &lockers {
-        let _ = single(locker.as_ref(), 100); // connect, warm up
-        singles.push(Sample::median(
-            &(0..repeats)
-                .map(|_| single(locker.as_ref(), ops))
-                .collect::<Vec<_>>(),
-        ));
-        many.push(Sample::median(
-            &(0..repeats)
-                .map(|_| throughput(locker.as_ref(), 16, secs))
-                .collect::<Vec<_>>(),
-        ));
+        let lock_release = |resource: &str| locker.lock_release(resource);
+        let _ = single_thread(100, lock_release); // connect, warm up
+        singles.push(repeat(repeats, || single_thread(ops, lock_release)));
+        many.push(repeat(repeats, || throughput(16, secs, lock_release)));
     }
-    let rslock_tasks_sample = Sample::median(
-        &(0..repeats)
-            .map(|_| rslock_tasks(&runtime, &rslock_manager, 16, secs))
-            .collect::<Vec<_>>(),
-    );
+    let rslock_tasks_sample = repeat(repeats, || {
+        rslock_tasks(&runtime, &rslock_manager, 16, secs)
+    });
 
     println!("## Healthy: lock + release of distinct resources\n");
     println!(
@@ -534,7 +313,7 @@ fn main() {
             Some(s) => (
                 fmt_dur(s.p50),
                 fmt_dur(s.p99),
-                ratio(s.p50.as_secs_f64(), raw_sample.p50.as_secs_f64()),
+                ratio(s.p50, raw_sample.p50),
                 s.errors + m.errors,
             ),
             None => ("-".into(), "-".into(), "-".into(), m.errors),
@@ -544,7 +323,7 @@ fn main() {
             m.ops_per_sec,
             fmt_dur(m.p50),
             fmt_dur(m.p99),
-            ratio(redfence_16, m.ops_per_sec)
+            ratio_f64(redfence_16, m.ops_per_sec)
         );
     }
 
@@ -563,7 +342,7 @@ fn main() {
                 locker.name(),
                 fmt_dur(s.p50),
                 fmt_dur(s.p99),
-                ratio(s.p50.as_secs_f64(), healthy.p50.as_secs_f64()),
+                ratio(s.p50, healthy.p50),
                 s.ops_per_sec,
                 s.errors
             ),
@@ -577,7 +356,7 @@ fn main() {
     thread::sleep(Duration::from_millis(500));
 
     println!(
-        "\n## Contention: {CONTENDERS} workers, one resource, {} ms critical section, \
+        "\n## Contention: {CONTENTION_WORKERS} workers, one resource, {} ms critical section, \
          {contention_secs:?} (median of {repeats})\n",
         CRITICAL_SECTION.as_millis()
     );
@@ -585,7 +364,11 @@ fn main() {
     println!("|---|---:|---:|---:|---:|---:|---:|");
     for locker in &lockers {
         let runs: Vec<Contention> = (0..repeats)
-            .map(|_| contention(locker.as_ref(), contention_secs))
+            .map(|_| {
+                contention(contention_secs, |resource, hold| {
+                    locker.contend(resource, hold)
+                })
+            })
             .collect();
         let lock = Sample::median(&runs.iter().map(|r| r.lock).collect::<Vec<_>>());
         println!(

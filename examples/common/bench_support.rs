@@ -1,0 +1,374 @@
+//! Code shared by the two benchmark programs: `examples/bench.rs` (redfence
+//! on its own, `cargo run --release --features testing --example bench`) and
+//! `examples/peers/src/main.rs` (redfence against the other Rust Redlock
+//! crates, a crate of its own in `examples/peers`).
+//!
+//! Both include this file as a module,
+//! `#[path = "common/bench_support.rs"] mod bench_support;` from the first and
+//! `#[path = "../../common/bench_support.rs"] mod bench_support;` from the
+//! second, so that they measure and report the same way: latency samples and
+//! their median across repeats, the raw `SET NX PX` + `DEL` baseline, the
+//! one-thread, throughput and contention loops (over any lock client, given
+//! as a closure), duration formatting and the machine line.
+//!
+//! It lives in `examples/common/`, a folder without `main.rs`, so that cargo
+//! does not take it for an example of its own. Each program prints its own
+//! tables; this module prints nothing.
+
+use std::process::Command;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redfence::testing::RedisCluster;
+
+/// Threads of the contention scenario.
+pub const CONTENTION_WORKERS: usize = 4;
+/// What a contention worker does while holding the lock.
+pub const CRITICAL_SECTION: Duration = Duration::from_millis(1);
+
+/// Source of distinct resource names across the whole run.
+static NEXT_RESOURCE: AtomicU64 = AtomicU64::new(0);
+
+/// A resource name no other call of this run returns: `bench:{tag}:{n}`.
+pub fn next_resource(tag: &str) -> String {
+    format!(
+        "bench:{tag}:{}",
+        NEXT_RESOURCE.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The environment variable `name` parsed as a `T`, or `default` if it is
+/// not set. Panics on a value that does not parse, rather than quietly
+/// running with the default.
+pub fn env_or<T: FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a valid value")),
+        Err(_) => default,
+    }
+}
+
+/// One repeat's figures.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sample {
+    pub p50: Duration,
+    pub p99: Duration,
+    pub ops_per_sec: f64,
+    pub errors: usize,
+}
+
+impl Sample {
+    /// The figures of `latencies` (one per successful op, any order)
+    /// measured over `elapsed`.
+    pub fn new(mut latencies: Vec<Duration>, elapsed: Duration, errors: usize) -> Sample {
+        latencies.sort_unstable();
+        Sample {
+            p50: percentile(&latencies, 0.50),
+            p99: percentile(&latencies, 0.99),
+            ops_per_sec: latencies.len() as f64 / elapsed.as_secs_f64(),
+            errors,
+        }
+    }
+
+    /// The median of each figure across repeats; errors are summed.
+    pub fn median(samples: &[Sample]) -> Sample {
+        Sample {
+            p50: median_by(samples, |s| s.p50),
+            p99: median_by(samples, |s| s.p99),
+            ops_per_sec: median_by(samples, |s| s.ops_per_sec),
+            errors: samples.iter().map(|s| s.errors).sum(),
+        }
+    }
+}
+
+/// The value at quantile `q` of an ascending slice (nearest rank).
+pub fn percentile(sorted: &[Duration], q: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+/// The median (upper median for an even count) of `key` over `items`.
+pub fn median_by<T: Copy + PartialOrd, U>(items: &[U], key: impl Fn(&U) -> T) -> T {
+    let mut values: Vec<T> = items.iter().map(key).collect();
+    values.sort_by(|a, b| a.partial_cmp(b).expect("no NaN in measurements"));
+    values[values.len() / 2]
+}
+
+/// `run` done `times` times (at least once); the median of its samples.
+pub fn repeat(times: usize, mut run: impl FnMut() -> Sample) -> Sample {
+    let samples: Vec<Sample> = (0..times.max(1)).map(|_| run()).collect();
+    Sample::median(&samples)
+}
+
+/// `812 µs`, or `12.3 ms` from 10 ms up.
+pub fn fmt_dur(d: Duration) -> String {
+    let us = d.as_secs_f64() * 1e6;
+    if us >= 10_000.0 {
+        format!("{:.1} ms", us / 1000.0)
+    } else {
+        format!("{us:.0} µs")
+    }
+}
+
+/// `a / b` as `1.23×`, or `-` if `b` is zero.
+pub fn ratio(a: Duration, b: Duration) -> String {
+    ratio_f64(a.as_secs_f64(), b.as_secs_f64())
+}
+
+/// `a / b` as `1.23×`, or `-` if `b` is zero.
+pub fn ratio_f64(a: f64, b: f64) -> String {
+    if b == 0.0 {
+        "-".to_string()
+    } else {
+        format!("{:.2}×", a / b)
+    }
+}
+
+/// A lock value of the same length as a UUID, for the raw baselines.
+pub fn uuid_like() -> String {
+    "0f8a3c1e-5b7d-4e2a-9c6f-1d2b3a4c5d6e".to_string()
+}
+
+/// Writes each packed command in turn to every connection, then reads every
+/// connection's reply to it (pipelined across instances, as a Redlock client
+/// would). Returns how many replies were errors or not `accepted`.
+pub fn send_to_all(
+    conns: &mut [redis::Connection],
+    commands: [&[u8]; 2],
+    accepted: impl Fn(&redis::Value) -> bool,
+) -> usize {
+    let mut errors = 0;
+    for packed in commands {
+        for conn in conns.iter_mut() {
+            conn.send_packed_command(packed).expect("raw send");
+        }
+        for conn in conns.iter_mut() {
+            match conn.recv_response() {
+                Ok(reply) if accepted(&reply) => {}
+                Ok(_) | Err(_) => errors += 1,
+            }
+        }
+    }
+    errors
+}
+
+/// The network's limit: `SET key val NX PX 30000` then `DEL key` of
+/// distinct keys on plain connections to every instance of `cluster`, from
+/// one thread, pipelined across instances; the latency is that of the pair.
+pub fn raw_baseline(cluster: &RedisCluster, ops: usize) -> Sample {
+    let mut conns: Vec<redis::Connection> = cluster.iter().map(|s| s.connection()).collect();
+    let value = uuid_like();
+    let mut latencies = Vec::with_capacity(ops);
+    let mut errors = 0;
+    let start = Instant::now();
+    for _ in 0..ops {
+        let key = next_resource("raw");
+        let t0 = Instant::now();
+        let set = redis::cmd("SET")
+            .arg(&key)
+            .arg(&value)
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .get_packed_command();
+        let del = redis::cmd("DEL").arg(&key).get_packed_command();
+        errors += send_to_all(&mut conns, [&set, &del], |reply| {
+            matches!(reply, redis::Value::Okay | redis::Value::Int(1))
+        });
+        latencies.push(t0.elapsed());
+    }
+    Sample::new(latencies, start.elapsed(), errors)
+}
+
+/// `ops` calls of `lock_release` (lock + release of a distinct resource) on
+/// this thread; the latency of each successful call.
+pub fn single_thread<E>(ops: usize, mut lock_release: impl FnMut(&str) -> Result<(), E>) -> Sample {
+    let mut latencies = Vec::with_capacity(ops);
+    let mut errors = 0;
+    let start = Instant::now();
+    for _ in 0..ops {
+        let name = next_resource("one");
+        let t0 = Instant::now();
+        match lock_release(&name) {
+            Ok(()) => latencies.push(t0.elapsed()),
+            Err(_) => errors += 1,
+        }
+    }
+    Sample::new(latencies, start.elapsed(), errors)
+}
+
+/// `threads` threads calling `lock_release` on distinct resources for
+/// `duration`; ops/s over all of them, and the per-call latency.
+pub fn throughput<E>(
+    threads: usize,
+    duration: Duration,
+    lock_release: impl Fn(&str) -> Result<(), E> + Sync,
+) -> Sample {
+    let barrier = Barrier::new(threads + 1);
+    let (results, elapsed) = thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let (barrier, lock_release) = (&barrier, &lock_release);
+                scope.spawn(move || {
+                    let mut latencies = Vec::new();
+                    let mut errors = 0;
+                    barrier.wait();
+                    let end = Instant::now() + duration;
+                    while Instant::now() < end {
+                        let name = next_resource("tp");
+                        let t0 = Instant::now();
+                        match lock_release(&name) {
+                            Ok(()) => latencies.push(t0.elapsed()),
+                            Err(_) => errors += 1,
+                        }
+                    }
+                    (latencies, errors)
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        let results: Vec<(Vec<Duration>, usize)> = handles
+            .into_iter()
+            .map(|h| h.join().expect("throughput worker panicked"))
+            .collect();
+        (results, start.elapsed())
+    });
+    let errors = results.iter().map(|r| r.1).sum();
+    let latencies = results.into_iter().flat_map(|r| r.0).collect();
+    Sample::new(latencies, elapsed, errors)
+}
+
+/// One hold of the contended lock.
+#[derive(Debug, Clone, Copy)]
+pub struct Hold {
+    /// When the lock call was made.
+    pub called: Instant,
+    /// When it returned with the lock.
+    pub acquired: Instant,
+    /// When the release returned, after `CRITICAL_SECTION` of holding.
+    pub released: Instant,
+}
+
+impl Hold {
+    /// A hold whose release has just returned.
+    pub fn released_now(called: Instant, acquired: Instant) -> Hold {
+        Hold {
+            called,
+            acquired,
+            released: Instant::now(),
+        }
+    }
+}
+
+/// The contention scenario's figures for one repeat.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Contention {
+    pub acquisitions_per_sec: f64,
+    /// Latency of the lock call.
+    pub lock: Sample,
+    /// From one holder's release returning to the next holder's lock call
+    /// returning, zero if the next grant came first.
+    #[allow(dead_code)] // reported by bench only
+    pub handoff_p50: Duration,
+    #[allow(dead_code)] // reported by bench only
+    pub handoff_p99: Duration,
+    /// Each worker's share of the acquisitions, smallest and largest.
+    pub min_share: f64,
+    pub max_share: f64,
+}
+
+/// `CONTENTION_WORKERS` threads contending for one resource for `duration`
+/// with `hold_once`, which waits for the lock, holds it for
+/// `CRITICAL_SECTION`, releases it and tells when each of that happened.
+pub fn contention<E>(
+    duration: Duration,
+    hold_once: impl Fn(&str, Duration) -> Result<Hold, E> + Sync,
+) -> Contention {
+    let resource = next_resource("contended");
+    let barrier = Barrier::new(CONTENTION_WORKERS + 1);
+    // Per worker: its holds and errors.
+    type WorkerLog = (Vec<Hold>, usize);
+    let (logs, elapsed) = thread::scope(|scope| {
+        let handles: Vec<_> = (0..CONTENTION_WORKERS)
+            .map(|_| {
+                let (barrier, resource, hold_once) = (&barrier, &resource, &hold_once);
+                scope.spawn(move || -> WorkerLog {
+                    let mut holds = Vec::new();
+                    let mut errors = 0;
+                    barrier.wait();
+                    let end = Instant::now() + duration;
+                    while Instant::now() < end {
+                        match hold_once(resource, CRITICAL_SECTION) {
+                            Ok(hold) => holds.push(hold),
+                            Err(_) => errors += 1,
+                        }
+                    }
+                    (holds, errors)
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        let logs: Vec<WorkerLog> = handles
+            .into_iter()
+            .map(|h| h.join().expect("contention worker panicked"))
+            .collect();
+        (logs, start.elapsed())
+    });
+
+    let counts: Vec<usize> = logs.iter().map(|l| l.0.len()).collect();
+    let total: usize = counts.iter().sum();
+    let share = |n: usize| n as f64 / total.max(1) as f64;
+    let errors = logs.iter().map(|l| l.1).sum();
+    let mut holds: Vec<Hold> = logs.into_iter().flat_map(|l| l.0).collect();
+    let latencies: Vec<Duration> = holds.iter().map(|h| h.acquired - h.called).collect();
+    holds.sort_unstable_by_key(|h| h.acquired);
+    let mut handoffs: Vec<Duration> = holds
+        .windows(2)
+        .map(|w| w[1].acquired.saturating_duration_since(w[0].released))
+        .collect();
+    handoffs.sort_unstable();
+    Contention {
+        acquisitions_per_sec: total as f64 / elapsed.as_secs_f64(),
+        lock: Sample::new(latencies, elapsed, errors),
+        handoff_p50: percentile(&handoffs, 0.50),
+        handoff_p99: percentile(&handoffs, 0.99),
+        min_share: counts.iter().map(|&n| share(n)).fold(1.0, f64::min),
+        max_share: counts.iter().map(|&n| share(n)).fold(0.0, f64::max),
+    }
+}
+
+/// The trimmed standard output of `program args`, or `?` if it cannot run
+/// or prints nothing.
+pub fn command_output(program: &str, args: &[&str]) -> String {
+    Command::new(program)
+        .args(args)
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "?".to_string())
+}
+
+/// `nproc N, kernel K`, for the head of a report.
+pub fn machine_summary() -> String {
+    format!(
+        "nproc {}, kernel {}",
+        command_output("nproc", &[]),
+        command_output("uname", &["-r"])
+    )
+}
+
+/// What `redis-server --version` says.
+pub fn redis_version() -> String {
+    command_output("redis-server", &["--version"])
+}
