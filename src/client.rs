@@ -117,6 +117,18 @@ impl Redlock {
         self.lock_with(resource, self.shared().cfg.defaults.wait(Duration::ZERO))
     }
 
+    /// Locks `resource`, trying for at most `wait` (the default options
+    /// otherwise): `lock_with(resource, default_options.wait(wait))`.
+    pub fn try_lock_for(&self, resource: &str, wait: Duration) -> Result<LockGuard, Error> {
+        self.lock_with(resource, self.shared().cfg.defaults.wait(wait))
+    }
+
+    /// Locks `resource`, trying until `deadline` at the latest (one attempt
+    /// if it has passed).
+    pub fn try_lock_until(&self, resource: &str, deadline: Instant) -> Result<LockGuard, Error> {
+        self.try_lock_for(resource, deadline.saturating_duration_since(Instant::now()))
+    }
+
     /// Locks `resource` with these options.
     ///
     /// While the lock is held elsewhere, the call waits for the holder's

@@ -372,3 +372,27 @@ fn waiters_of_one_client_take_turns() {
         assert!(*c * 100 >= total * 15, "a worker was starved: {counts:?}");
     }
 }
+
+#[test]
+fn try_lock_for_and_until_bound_the_wait() {
+    let cluster = RedisCluster::start(3);
+    let locks = client(&cluster);
+    let _held = locks.lock("bounded").unwrap();
+    let start = Instant::now();
+    assert!(matches!(
+        locks.try_lock_for("bounded", Duration::from_millis(300)),
+        Err(Error::Contended { .. })
+    ));
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(150) && waited < Duration::from_millis(1500),
+        "{waited:?}"
+    );
+    let start = Instant::now();
+    let past = Instant::now() - Duration::from_secs(1);
+    match locks.try_lock_until("bounded", past) {
+        Err(Error::Contended { attempts, .. }) => assert_eq!(attempts, 1),
+        other => panic!("expected one attempt, got {other:?}"),
+    }
+    assert!(start.elapsed() < Duration::from_millis(500));
+}
