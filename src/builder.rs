@@ -165,7 +165,10 @@ impl RedlockBuilder {
     }
 
     /// Upper bound of the random pause between two attempts of a waiting
-    /// lock call (shortened when the holder's lease ends sooner).
+    /// lock call while instances are unavailable (shortened when the
+    /// holder's lease ends sooner). After a split vote the pause is drawn
+    /// from a few attempt durations instead, and a contended call waits for
+    /// the release to be announced.
     ///
     /// Defaults to 100 ms.
     pub fn retry_delay(mut self, delay: Duration) -> Self {
