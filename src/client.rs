@@ -164,6 +164,11 @@ impl Redlock {
             let attempt_start = Instant::now();
             let failure = match acquire::attempt(shared, resource, &keys, options.get_ttl()) {
                 Ok(grant) => {
+                    if let Some(watch) = &watch {
+                        // Late copies of the release that woke us (one per
+                        // instance) must not be passed on as a new release.
+                        watch.clear();
+                    }
                     let lease = Arc::new(Lease::new(resource, keys, grant, &options));
                     self.inner.watchdog.watch(&lease);
                     return Ok(LockGuard::new(self.clone(), lease));
