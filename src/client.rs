@@ -12,7 +12,7 @@ use crate::guard::LockGuard;
 use crate::keys::{validate_resource, Keys};
 use crate::lease::Lease;
 use crate::notify::{Notifier, Watch};
-use crate::quorum::{unexpected, Instances, Vote};
+use crate::quorum::Instances;
 use crate::retry;
 use crate::watchdog::Watchdog;
 use crate::{Error, LockOptions};
@@ -258,10 +258,11 @@ impl Redlock {
             };
             out[index].1 = match result {
                 Ok(Value::SimpleString(s)) if s == "PONG" => Ok(start.elapsed()),
-                Ok(other) => match unexpected::<(), ()>("PING", &other) {
-                    Vote::Failed(e) => Err(InstanceError::new(&out[index].0, e.kind(), e.detail())),
-                    _ => continue,
-                },
+                Ok(other) => Err(InstanceError::new(
+                    &out[index].0,
+                    crate::InstanceErrorKind::Protocol,
+                    format!("unexpected reply to PING: {other:?}"),
+                )),
                 Err(e) => Err(e),
             };
         }
