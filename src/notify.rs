@@ -9,7 +9,7 @@
 //! Subscriber threads hold no connection while nobody waits.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -38,6 +38,9 @@ struct Registry {
     /// Bumped on every change of `channels`, so subscribers only look at
     /// the registry when something changed.
     version: AtomicU64,
+    /// Registered watches, so the lock path can skip the mutex when nobody
+    /// waits (the common, uncontended case).
+    waiting: AtomicUsize,
 }
 
 pub(crate) struct Notifier {
@@ -75,7 +78,8 @@ impl Notifier {
 
     /// True when calls of this client already wait for `channel`.
     pub fn has_waiters(&self, channel: &str) -> bool {
-        self.registry.channels.lock().contains_key(channel)
+        self.registry.waiting.load(Ordering::Acquire) > 0
+            && self.registry.channels.lock().contains_key(channel)
     }
 
     /// Registers interest in `channel` until the returned watch is dropped.
@@ -93,6 +97,7 @@ impl Notifier {
                 wake: wake_tx,
                 subscribed: sub_tx,
             });
+        self.registry.waiting.fetch_add(1, Ordering::Release);
         self.registry.version.fetch_add(1, Ordering::Release);
         for kick in &self.kicks {
             let _ = kick.try_send(());
@@ -163,6 +168,7 @@ impl Drop for Watch<'_> {
                 channels.remove(&self.channel);
             }
         }
+        self.registry.waiting.fetch_sub(1, Ordering::Release);
         self.registry.version.fetch_add(1, Ordering::Release);
         // Subscriber threads unsubscribe lazily, at their next poll.
     }
