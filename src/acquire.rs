@@ -7,7 +7,7 @@ use redis::Value;
 use crate::client::Shared;
 use crate::keys::Keys;
 use crate::quorum::{unexpected, yes_no, Vote};
-use crate::scripts::{self, ACQUIRE, FENCE_RAISE, RELEASE};
+use crate::scripts::{self, ACQUIRE, FENCE_RAISE};
 use crate::{Error, FencingToken};
 
 /// A granted lock, before it becomes a guard.
@@ -58,11 +58,7 @@ pub(crate) fn attempt(
     let tally = instances.collect(&rx, deadline, classify_acquire);
 
     let release_all = || {
-        let cmd = scripts::packed(
-            &RELEASE,
-            &[&keys.lock],
-            &[value.as_bytes(), keys.channel.as_bytes()],
-        );
+        let cmd = scripts::release(keys, &value);
         // Sent to every instance, answered or not: a grant whose reply was
         // lost must not linger. Useless once the lease would have expired.
         instances.deliver(&cmd, start + ttl, false);

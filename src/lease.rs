@@ -10,7 +10,7 @@ use crate::acquire::Grant;
 use crate::client::Shared;
 use crate::keys::Keys;
 use crate::quorum::yes_no;
-use crate::scripts::{self, EXTEND, RELEASE};
+use crate::scripts::{self, EXTEND};
 use crate::{Error, FencingToken, LockOptions, LossReason};
 
 pub(crate) struct Lease {
@@ -160,11 +160,7 @@ pub(crate) fn send_release(
     lease: &Lease,
     wait: bool,
 ) -> Option<crossbeam_channel::Receiver<crate::instance::Reply>> {
-    let cmd = scripts::packed(
-        &RELEASE,
-        &[&lease.keys.lock],
-        &[lease.value.as_bytes(), lease.keys.channel.as_bytes()],
-    );
+    let cmd = scripts::release(&lease.keys, &lease.value);
     let mut st = lease.state.lock();
     if st.released {
         return None;

@@ -40,3 +40,13 @@ pub(crate) fn packed(script: &Script, keys: &[&str], args: &[&[u8]]) -> std::syn
     }
     cmd.get_packed_command().into()
 }
+
+/// The release of one lease: compare-and-delete its lock key, announce on
+/// its channel. Shared by guards and by failed attempts cleaning up.
+pub(crate) fn release(keys: &crate::keys::Keys, value: &str) -> std::sync::Arc<[u8]> {
+    packed(
+        &RELEASE,
+        &[&keys.lock],
+        &[value.as_bytes(), keys.channel.as_bytes()],
+    )
+}
