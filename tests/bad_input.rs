@@ -174,7 +174,12 @@ fn authentication_failures_are_reported_per_instance() {
         .iter()
         .map(|s| format!("redis://:wrong@127.0.0.1:{}/", s.port()))
         .collect();
-    let locks = Redlock::new(urls).unwrap();
+    // A long instance timeout: under load a 50 ms connect could run out
+    // before the refusals arrive, and this test is about the refusals.
+    let locks = Redlock::builder(urls)
+        .instance_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
     match locks.try_lock("secret") {
         Err(Error::Unavailable { errors, .. }) => {
             assert_eq!(
