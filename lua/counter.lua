@@ -12,10 +12,16 @@ local function read_counter(key)
   return value, nil
 end
 
--- The instance clock in microseconds, the seed of a missing counter: above
--- every token issued before it. Built as a string, because Lua numbers
--- would print large values in exponent form.
+-- The seed of a missing counter: the instance clock in microseconds,
+-- rounded down to the millisecond. It is above every token issued before,
+-- unless the counter was lost and recreated within a millisecond of its
+-- creation (no restart is that fast). The rounding is for speed: instances
+-- that create a resource's counter in the same millisecond return the same
+-- token, so a new resource's first grant skips the raise round.
+-- Built as a string, because Lua numbers would print large values in
+-- exponent form.
 local function clock_seed()
   local now = redis.call('TIME')
-  return now[1] .. string.format('%06d', tonumber(now[2]))
+  local micros = tonumber(now[2])
+  return now[1] .. string.format('%06d', micros - micros % 1000)
 end

@@ -48,7 +48,8 @@
 //! the token on a quorum before the grant stands, so the next grant, whose
 //! quorum overlaps this one, counts above it. A counter that is missing
 //! (new resource, instance restarted without its data, idle expiry) starts
-//! from the instance clock in microseconds.
+//! from the instance clock in microseconds, rounded down to the millisecond
+//! so that instances creating it together agree and skip the raise round.
 //!
 //! While a guard lives, the client's watchdog thread extends its lease once
 //! a third of the TTL has passed. If extensions fail a few times in a row, or
