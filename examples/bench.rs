@@ -42,6 +42,17 @@
 //!    16 threads, after all other scenarios: the process's RSS (`VmRSS`) and thread count at start,
 //!    midway and end, and the `redfence:lock:*` keys left on the instances
 //!    afterwards (must be 0).
+//! 7. **A network** — scenarios 1 and 2 again with every instance behind a
+//!    [`FaultProxy`] holding each chunk 250 µs in each direction (a round
+//!    trip of ≥ 0.5 ms, like a datacenter network rather than loopback),
+//!    with a tenth of the ops. It shows how the gap to the raw baseline
+//!    changes once the round trip, not the servers' CPU, dominates; the
+//!    proxy's own threads add CPU to both sides alike.
+//!
+//! The latency table also gives the **servers' CPU per op**: the CPU time
+//! the five `redis-server` processes spent during a run (from
+//! `/proc/<pid>/task/*/schedstat`) divided by its ops. On a machine where
+//! client and servers share the cores, that is what caps throughput.
 //!
 //! ## Knobs (environment variables)
 //!
@@ -59,13 +70,15 @@ use redfence::{Error, LockOptions, Redlock};
 mod bench_support;
 
 use bench_support::{
-    contention, env_or, fmt_dur, machine_summary, median_by, next_resource, ratio, raw_baseline,
-    redis_version, send_to_all, single_thread, throughput, uuid_like, Contention, Hold, Sample,
-    CONTENTION_WORKERS, CRITICAL_SECTION,
+    contention, env_or, fmt_cpu, fmt_dur, machine_summary, median_by, next_resource, ratio,
+    raw_baseline, raw_baseline_on, redis_version, send_to_all, single_thread, throughput,
+    uuid_like, with_server_cpu, Contention, Hold, Sample, CONTENTION_WORKERS, CRITICAL_SECTION,
 };
 
 /// Threads used by the throughput scenarios.
 const THREAD_COUNTS: [usize; 3] = [1, 4, 16];
+/// Per-direction delay of the simulated network (scenario 7).
+const NETWORK_DELAY: Duration = Duration::from_micros(250);
 /// Threads of the memory scenario.
 const MEMORY_THREADS: usize = 16;
 
@@ -111,6 +124,56 @@ fn lock_release(locks: &Redlock, resource: &str) -> Result<(), Error> {
 /// between this and scenario 2 is the client's own cost; the gap between
 /// this and scenario 1 is what the Lua scripts (compare-and-delete, fencing
 /// counter) cost the servers.
+/// Scenario 7: every instance behind a proxy that holds each chunk `delay`
+/// in each direction, standing in for a network round trip of at least
+/// twice that: the raw baseline and redfence, one thread, through the same
+/// five proxies.
+fn network_rows(settings: &Settings, cluster: &RedisCluster, delay: Duration) -> Vec<Row> {
+    let proxies: Vec<FaultProxy> = cluster
+        .iter()
+        .map(|s| FaultProxy::start(s.addr()).expect("starting a delay proxy"))
+        .collect();
+    for p in &proxies {
+        p.set_fault(Fault::Delay(delay));
+    }
+    let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
+    let connect = || -> Vec<redis::Connection> {
+        urls.iter()
+            .map(|u| {
+                redis::Client::open(u.as_str())
+                    .and_then(|c| c.get_connection())
+                    .expect("raw connection through the proxy")
+            })
+            .collect()
+    };
+    // A round trip costs a millisecond or more here: a tenth of the ops.
+    let ops = (settings.ops / 10).max(1);
+    let _ = raw_baseline_on(connect(), (settings.warmup / 10).max(1));
+    let raw = repeat(settings, || raw_baseline_on(connect(), ops));
+    let locks = client(urls.clone());
+    warm_up(&locks, (settings.warmup / 10).max(1));
+    let single = repeat(settings, || single_run(&locks, ops));
+    let label = format!("all 5 behind Delay({delay:?}) proxies");
+    vec![
+        Row {
+            scenario: format!("{label}: raw SET NX PX + DEL ×5, 1 thread"),
+            sample: raw,
+            vs: "reference".into(),
+            note: "a slower network".into(),
+        },
+        Row {
+            scenario: format!("{label}: redfence, 1 thread"),
+            sample: single,
+            vs: format!(
+                "{} / {} of raw",
+                ratio(single.p50, raw.p50),
+                ratio(single.p99, raw.p99)
+            ),
+            note: "target p50 ≤ 1.3× raw".into(),
+        },
+    ]
+}
+
 fn raw_scripts_baseline(cluster: &RedisCluster, ops: usize) -> Sample {
     let acquire = redis::Script::new(concat!(
         include_str!("../lua/counter.lua"),
@@ -279,15 +342,18 @@ struct Row {
 }
 
 fn print_rows(rows: &[Row]) {
-    println!("| scenario | p50 | p99 | ops/s | errors | p50 / p99 vs reference | note |");
-    println!("|---|---:|---:|---:|---:|---|---|");
+    println!(
+        "| scenario | p50 | p99 | ops/s | servers' CPU / op | errors | p50 / p99 vs reference | note |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---|---|");
     for r in rows {
         println!(
-            "| {} | {} | {} | {:.0} | {} | {} | {} |",
+            "| {} | {} | {} | {:.0} | {} | {} | {} | {} |",
             r.scenario,
             fmt_dur(r.sample.p50),
             fmt_dur(r.sample.p99),
             r.sample.ops_per_sec,
+            fmt_cpu(&r.sample),
             r.sample.errors,
             r.vs,
             r.note
@@ -386,11 +452,17 @@ fn main() {
 
     // 1 and 2: raw baseline and redfence, one thread.
     let _ = raw_baseline(&cluster, settings.warmup.max(1));
-    let raw = repeat(&settings, || raw_baseline(&cluster, settings.ops));
+    let raw = repeat(&settings, || {
+        with_server_cpu(&cluster, || raw_baseline(&cluster, settings.ops))
+    });
     let _ = raw_scripts_baseline(&cluster, settings.warmup.max(1));
-    let raw_scripts = repeat(&settings, || raw_scripts_baseline(&cluster, settings.ops));
+    let raw_scripts = repeat(&settings, || {
+        with_server_cpu(&cluster, || raw_scripts_baseline(&cluster, settings.ops))
+    });
     warm_up(&locks, settings.warmup);
-    let single = repeat(&settings, || single_run(&locks, settings.ops));
+    let single = repeat(&settings, || {
+        with_server_cpu(&cluster, || single_run(&locks, settings.ops))
+    });
     let mut rows = vec![
         Row {
             scenario: "raw SET NX PX + DEL ×5 (plain redis), 1 thread".into(),
@@ -426,7 +498,9 @@ fn main() {
     // 3: throughput.
     let mut by_threads = Vec::new();
     for threads in THREAD_COUNTS {
-        let sample = repeat(&settings, || throughput_run(&locks, threads, settings.secs));
+        let sample = repeat(&settings, || {
+            with_server_cpu(&cluster, || throughput_run(&locks, threads, settings.secs))
+        });
         by_threads.push(sample);
         rows.push(Row {
             scenario: format!("redfence throughput, {threads} thread(s)"),
@@ -444,7 +518,9 @@ fn main() {
         .max_pipeline(1)
         .build()
         .expect("client without pipelining");
-    let sample = repeat(&settings, || throughput_run(&unbatched, 16, settings.secs));
+    let sample = repeat(&settings, || {
+        with_server_cpu(&cluster, || throughput_run(&unbatched, 16, settings.secs))
+    });
     rows.push(Row {
         scenario: "redfence throughput, 16 threads, auto-pipelining off".into(),
         sample,
@@ -486,6 +562,8 @@ fn main() {
         &single,
         &healthy_16,
     ));
+    // 7: a network between client and instances.
+    rows.extend(network_rows(&settings, &cluster, NETWORK_DELAY));
 
     println!("## Latency and throughput (lock + release of distinct resources)\n");
     print_rows(&rows);

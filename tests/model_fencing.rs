@@ -15,10 +15,11 @@
 //!   someone else: a past holder whose lease has not been released or has not
 //!   expired yet).
 //! * A global clock, used to seed a missing counter ("`TIME` in
-//!   microseconds"). The design's assumption is that clocks are roughly right
-//!   and a resource is locked fewer than a million times a second, so the
-//!   clock always runs ahead of every counter value and every token issued so
-//!   far. The model encodes exactly that assumption and nothing stronger:
+//!   microseconds", rounded down to the millisecond). The design's assumption
+//!   is that clocks are roughly right, a resource is locked fewer than a
+//!   million times a second and a counter is not lost within a millisecond of
+//!   its creation, so the (rounded) clock always runs ahead of every counter
+//!   value and every token issued so far. The model encodes exactly that assumption and nothing stronger:
 //!   after every step the clock is moved to at least one more than every
 //!   counter and every token seen. (Moving it only as far as needed keeps the
 //!   state space small; a clock further ahead only leaves more room.)

@@ -60,6 +60,11 @@ pub struct Sample {
     pub p99: Duration,
     pub ops_per_sec: f64,
     pub errors: usize,
+    /// Successful ops.
+    pub ops: usize,
+    /// CPU time the instances' processes spent per successful op, when
+    /// measured ([`with_server_cpu`]).
+    pub server_cpu: Option<Duration>,
 }
 
 impl Sample {
@@ -72,18 +77,61 @@ impl Sample {
             p99: percentile(&latencies, 0.99),
             ops_per_sec: latencies.len() as f64 / elapsed.as_secs_f64(),
             errors,
+            ops: latencies.len(),
+            server_cpu: None,
         }
     }
 
     /// The median of each figure across repeats; errors are summed.
     pub fn median(samples: &[Sample]) -> Sample {
+        let cpu: Vec<Duration> = samples.iter().filter_map(|s| s.server_cpu).collect();
         Sample {
             p50: median_by(samples, |s| s.p50),
             p99: median_by(samples, |s| s.p99),
             ops_per_sec: median_by(samples, |s| s.ops_per_sec),
             errors: samples.iter().map(|s| s.errors).sum(),
+            ops: median_by(samples, |s| s.ops),
+            server_cpu: (!cpu.is_empty()).then(|| median_by(&cpu, |d| *d)),
         }
     }
+}
+
+/// CPU time used so far by every thread of every instance of `cluster`
+/// (`/proc/<pid>/task/*/schedstat`, nanoseconds on the CPU). Zero where
+/// `/proc` cannot be read.
+pub fn server_cpu_time(cluster: &RedisCluster) -> Duration {
+    let mut nanos: u64 = 0;
+    for pid in cluster.iter().filter_map(|s| s.pid()) {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+            nanos += stat
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    Duration::from_nanos(nanos)
+}
+
+/// `run`'s sample, with the CPU time the instances spent during it divided
+/// by its successful ops: what one op costs the servers, whoever the client.
+pub fn with_server_cpu(cluster: &RedisCluster, run: impl FnOnce() -> Sample) -> Sample {
+    let before = server_cpu_time(cluster);
+    let mut sample = run();
+    let spent = server_cpu_time(cluster).saturating_sub(before);
+    if sample.ops > 0 && !spent.is_zero() {
+        sample.server_cpu = Some(spent / sample.ops as u32);
+    }
+    sample
+}
+
+/// The servers' CPU per op, or `-` when not measured.
+pub fn fmt_cpu(sample: &Sample) -> String {
+    sample.server_cpu.map_or_else(|| "-".to_string(), fmt_dur)
 }
 
 /// The value at quantile `q` of an ascending slice (nearest rank).
@@ -164,7 +212,12 @@ pub fn send_to_all(
 /// distinct keys on plain connections to every instance of `cluster`, from
 /// one thread, pipelined across instances; the latency is that of the pair.
 pub fn raw_baseline(cluster: &RedisCluster, ops: usize) -> Sample {
-    let mut conns: Vec<redis::Connection> = cluster.iter().map(|s| s.connection()).collect();
+    let conns: Vec<redis::Connection> = cluster.iter().map(|s| s.connection()).collect();
+    raw_baseline_on(conns, ops)
+}
+
+/// [`raw_baseline`] over the given connections (to proxies, for instance).
+pub fn raw_baseline_on(mut conns: Vec<redis::Connection>, ops: usize) -> Sample {
     let value = uuid_like();
     let mut latencies = Vec::with_capacity(ops);
     let mut errors = 0;

@@ -37,9 +37,9 @@ use redfence::{LockOptions, Redlock};
 mod bench_support;
 
 use bench_support::{
-    contention, env_or, fmt_dur, machine_summary, median_by, next_resource, ratio, ratio_f64,
-    raw_baseline, redis_version, repeat, single_thread, throughput, Contention, Hold, Sample,
-    CONTENTION_WORKERS, CRITICAL_SECTION,
+    contention, env_or, fmt_cpu, fmt_dur, machine_summary, median_by, next_resource, ratio,
+    ratio_f64, raw_baseline, redis_version, repeat, single_thread, throughput, with_server_cpu,
+    Contention, Hold, Sample, CONTENTION_WORKERS, CRITICAL_SECTION,
 };
 
 const TTL: Duration = Duration::from_secs(30);
@@ -271,30 +271,40 @@ fn main() {
     ];
 
     let _ = raw_baseline(&cluster, 200);
-    let raw_sample = repeat(repeats, || raw_baseline(&cluster, ops));
+    let raw_sample = repeat(repeats, || {
+        with_server_cpu(&cluster, || raw_baseline(&cluster, ops))
+    });
 
     let mut singles = Vec::new();
     let mut many = Vec::new();
     for locker in &lockers {
         let lock_release = |resource: &str| locker.lock_release(resource);
         let _ = single_thread(100, lock_release); // connect, warm up
-        singles.push(repeat(repeats, || single_thread(ops, lock_release)));
-        many.push(repeat(repeats, || throughput(16, secs, lock_release)));
+        singles.push(repeat(repeats, || {
+            with_server_cpu(&cluster, || single_thread(ops, lock_release))
+        }));
+        many.push(repeat(repeats, || {
+            with_server_cpu(&cluster, || throughput(16, secs, lock_release))
+        }));
     }
     let rslock_tasks_sample = repeat(repeats, || {
-        rslock_tasks(&runtime, &rslock_manager, 16, secs)
+        with_server_cpu(&cluster, || {
+            rslock_tasks(&runtime, &rslock_manager, 16, secs)
+        })
     });
 
     println!("## Healthy: lock + release of distinct resources\n");
     println!(
-        "| client | 1-thread p50 | 1-thread p99 | p50 vs raw | 16-thread ops/s | 16-thread p50 | \
-         16-thread p99 | redfence ops/s vs this | errors |"
+        "| client | 1-thread p50 | 1-thread p99 | p50 vs raw | servers' CPU / op, 1 thread | \
+         16-thread ops/s | 16-thread p50 | 16-thread p99 | servers' CPU / op, 16 threads | \
+         redfence ops/s vs this | errors |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     println!(
-        "| raw SET NX PX + DEL ×5 | {} | {} | 1.00× | - | - | - | - | {} |",
+        "| raw SET NX PX + DEL ×5 | {} | {} | 1.00× | {} | - | - | - | - | - | {} |",
         fmt_dur(raw_sample.p50),
         fmt_dur(raw_sample.p99),
+        fmt_cpu(&raw_sample),
         raw_sample.errors
     );
     let redfence_16 = many[0].ops_per_sec;
@@ -309,20 +319,22 @@ fn main() {
         None,
     ));
     for (name, m, s) in &rows {
-        let (p50, p99, vs_raw, errors) = match s {
+        let (p50, p99, vs_raw, cpu_1, errors) = match s {
             Some(s) => (
                 fmt_dur(s.p50),
                 fmt_dur(s.p99),
                 ratio(s.p50, raw_sample.p50),
+                fmt_cpu(s),
                 s.errors + m.errors,
             ),
-            None => ("-".into(), "-".into(), "-".into(), m.errors),
+            None => ("-".into(), "-".into(), "-".into(), "-".into(), m.errors),
         };
         println!(
-            "| {name} | {p50} | {p99} | {vs_raw} | {:.0} | {} | {} | {} | {errors} |",
+            "| {name} | {p50} | {p99} | {vs_raw} | {cpu_1} | {:.0} | {} | {} | {} | {} | {errors} |",
             m.ops_per_sec,
             fmt_dur(m.p50),
             fmt_dur(m.p99),
+            fmt_cpu(m),
             ratio_f64(redfence_16, m.ops_per_sec)
         );
     }
