@@ -129,6 +129,15 @@ fn lock_release(locks: &Redlock, resource: &str) -> Result<(), Error> {
 /// between this and scenario 2 is the client's own cost; the gap between
 /// this and scenario 1 is what the Lua scripts (compare-and-delete, fencing
 /// counter) cost the servers.
+/// `1.23× / 1.45× of {what}`: `sample`'s p50 and p99 against `reference`'s.
+fn p50_p99_vs(sample: &Sample, reference: &Sample, what: &str) -> String {
+    format!(
+        "{} / {} of {what}",
+        ratio(sample.p50, reference.p50),
+        ratio(sample.p99, reference.p99)
+    )
+}
+
 /// Raise rounds run so far: the raise script is the only one that calls
 /// PEXPIRE, once on each instance a round reaches, so the busiest
 /// instance's count is the number of rounds.
@@ -180,11 +189,7 @@ fn network_rows(settings: &Settings, cluster: &RedisCluster, delay: Duration) ->
         Row {
             scenario: format!("{label}: redfence, 1 thread"),
             sample: single,
-            vs: format!(
-                "{} / {} of raw",
-                ratio(single.p50, raw.p50),
-                ratio(single.p99, raw.p99)
-            ),
+            vs: p50_p99_vs(&single, &raw, "raw"),
             note: "target p50 ≤ 1.3× raw".into(),
         },
     ]
@@ -417,11 +422,7 @@ fn fault_rows(
         Row {
             scenario: format!("{label}, 1 thread"),
             sample: one,
-            vs: format!(
-                "{} / {} of healthy",
-                ratio(one.p50, healthy.p50),
-                ratio(one.p99, healthy.p99)
-            ),
+            vs: p50_p99_vs(&one, healthy, "healthy"),
             note: format!("slowest warm-up call {}", fmt_dur(slowest)),
         },
         Row {
@@ -503,21 +504,13 @@ fn main() {
         Row {
             scenario: "raw EVALSHA acquire + release ×5 (redfence's scripts), 1 thread".into(),
             sample: raw_scripts,
-            vs: format!(
-                "{} / {} of raw",
-                ratio(raw_scripts.p50, raw.p50),
-                ratio(raw_scripts.p99, raw.p99)
-            ),
+            vs: p50_p99_vs(&raw_scripts, &raw, "raw"),
             note: "the scripts' cost on the servers".into(),
         },
         Row {
             scenario: "redfence lock + release, 1 thread".into(),
             sample: single,
-            vs: format!(
-                "{} / {} of raw",
-                ratio(single.p50, raw.p50),
-                ratio(single.p99, raw.p99)
-            ),
+            vs: p50_p99_vs(&single, &raw, "raw"),
             note: format!(
                 "target p50 ≤ 1.3× raw; {} of raw scripts; raise round on {:.0} % of grants",
                 ratio(single.p50, raw_scripts.p50),
