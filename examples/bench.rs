@@ -124,11 +124,6 @@ fn lock_release(locks: &Redlock, resource: &str) -> Result<(), Error> {
     locks.lock_with(resource, opts())?.release()
 }
 
-/// Scenario 1b: redfence's own acquire and release scripts (EVALSHA) on five
-/// plain connections from one thread, pipelined across instances. The gap
-/// between this and scenario 2 is the client's own cost; the gap between
-/// this and scenario 1 is what the Lua scripts (compare-and-delete, fencing
-/// counter) cost the servers.
 /// `1.23× / 1.45× of {what}`: `sample`'s p50 and p99 against `reference`'s.
 fn p50_p99_vs(sample: &Sample, reference: &Sample, what: &str) -> String {
     format!(
@@ -147,6 +142,13 @@ fn raise_rounds(cluster: &RedisCluster) -> u64 {
         .map(|s| s.commandstats().get("pexpire").copied().unwrap_or(0))
         .max()
         .unwrap_or(0)
+}
+
+/// The share of the grants in `samples` that needed a raise round, given
+/// the count of rounds before they ran.
+fn raise_share(cluster: &RedisCluster, rounds_before: u64, samples: &[Sample]) -> f64 {
+    let grants: usize = samples.iter().map(|s| s.ops).sum();
+    (raise_rounds(cluster) - rounds_before) as f64 / grants.max(1) as f64
 }
 
 /// Scenario 7: every instance behind a proxy that holds each chunk `delay`
@@ -195,6 +197,11 @@ fn network_rows(settings: &Settings, cluster: &RedisCluster, delay: Duration) ->
     ]
 }
 
+/// Scenario 1b: redfence's own acquire and release scripts (EVALSHA) on five
+/// plain connections from one thread, pipelined across instances. The gap
+/// between this and scenario 2 is the client's own cost; the gap between
+/// this and scenario 1 is what the Lua scripts (compare-and-delete, fencing
+/// counter) cost the servers.
 fn raw_scripts_baseline(cluster: &RedisCluster, ops: usize) -> Sample {
     let acquire = redis::Script::new(concat!(
         include_str!("../lua/counter.lua"),
@@ -487,8 +494,7 @@ fn main() {
             single_run(&locks, settings.ops)
         }));
     }
-    let single_raises = (raise_rounds(&cluster) - raises_before) as f64
-        / singles.iter().map(|s| s.ops).sum::<usize>().max(1) as f64;
+    let single_raises = raise_share(&cluster, raises_before, &singles);
     let (raw, raw_scripts, single) = (
         Sample::median(&raws),
         Sample::median(&scripted),
@@ -523,13 +529,11 @@ fn main() {
     let mut by_threads = Vec::new();
     for threads in THREAD_COUNTS {
         let raises_before = raise_rounds(&cluster);
-        let mut grants = 0;
-        let sample = repeat(&settings, || {
-            let s = with_server_cpu(&cluster, || throughput_run(&locks, threads, settings.secs));
-            grants += s.ops;
-            s
-        });
-        let raises = (raise_rounds(&cluster) - raises_before) as f64 / grants.max(1) as f64;
+        let samples: Vec<Sample> = (0..settings.repeats.max(1))
+            .map(|_| with_server_cpu(&cluster, || throughput_run(&locks, threads, settings.secs)))
+            .collect();
+        let raises = raise_share(&cluster, raises_before, &samples);
+        let sample = Sample::median(&samples);
         by_threads.push(sample);
         rows.push(Row {
             scenario: format!("redfence throughput, {threads} thread(s)"),
