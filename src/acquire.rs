@@ -4,10 +4,10 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::client::Shared;
 use crate::keys::Keys;
 use crate::quorum::{unexpected, yes_no, Vote};
 use crate::scripts::{self, ACQUIRE, FENCE_RAISE};
+use crate::shared::Shared;
 use crate::{Error, FencingToken};
 
 /// A granted lock, before it becomes a guard.

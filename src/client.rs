@@ -3,36 +3,18 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::{IntoConnectionInfo, Value};
+use redis::Value;
 
 use crate::acquire;
-use crate::builder::{Config, RedlockBuilder};
 use crate::error::InstanceError;
-use crate::guard::LockGuard;
+use crate::guard::{KeepAlive, LockGuard};
 use crate::keys::{validate_resource, Keys};
 use crate::lease::Lease;
 use crate::notify::{Notifier, Watch};
-use crate::quorum::Instances;
 use crate::retry;
+use crate::shared::Shared;
 use crate::watchdog::Watchdog;
 use crate::{Error, LockOptions};
-
-/// What the client's threads share: settings and the instances' workers.
-pub(crate) struct Shared {
-    pub cfg: Config,
-    pub instances: Instances,
-}
-
-impl Shared {
-    pub fn new(cfg: Config, instances: Instances) -> Self {
-        Shared { cfg, instances }
-    }
-
-    /// Deadline of one round of requests started now.
-    pub fn round_deadline(&self) -> Instant {
-        Instant::now() + self.cfg.instance_timeout
-    }
-}
 
 /// A Redlock client over N independent Redis masters.
 ///
@@ -68,26 +50,6 @@ struct Inner {
 const MAX_NOTIFY_WAIT: Duration = Duration::from_millis(250);
 
 impl Redlock {
-    /// Starts configuring a client for these instances (URLs such as
-    /// `"redis://:password@host:6379/0"`, or any other
-    /// [`IntoConnectionInfo`]).
-    pub fn builder<I>(instances: I) -> RedlockBuilder
-    where
-        I: IntoIterator,
-        I::Item: IntoConnectionInfo,
-    {
-        RedlockBuilder::new(instances)
-    }
-
-    /// A client with the default settings: `Redlock::builder(instances).build()`.
-    pub fn new<I>(instances: I) -> Result<Redlock, Error>
-    where
-        I: IntoIterator,
-        I::Item: IntoConnectionInfo,
-    {
-        Self::builder(instances).build()
-    }
-
     pub(crate) fn start(shared: Shared, notifier: Notifier) -> Result<Redlock, Error> {
         let shared = Arc::new(shared);
         let watchdog = Watchdog::start(Arc::clone(&shared))
@@ -171,7 +133,12 @@ impl Redlock {
                     }
                     let lease = Arc::new(Lease::new(resource, keys, grant, &options));
                     self.inner.watchdog.watch(&lease);
-                    return Ok(LockGuard::new(self.clone(), lease));
+                    let keep_alive: KeepAlive = self.inner.clone();
+                    return Ok(LockGuard::new(
+                        Arc::clone(&self.inner.shared),
+                        lease,
+                        keep_alive,
+                    ));
                 }
                 Err(failure) => failure,
             };

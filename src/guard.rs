@@ -6,7 +6,12 @@ use std::time::Duration;
 use crossbeam_channel::Receiver;
 
 use crate::lease::{self, Lease};
-use crate::{Error, FencingToken, LossReason, Redlock};
+use crate::shared::Shared;
+use crate::{Error, FencingToken, LossReason};
+
+/// Keeps the client's threads (workers, watchdog, subscribers) running while
+/// a guard lives, even after the program dropped every clone of the client.
+pub(crate) type KeepAlive = Arc<dyn std::any::Any + Send + Sync>;
 
 /// Proof that a lock was granted, valid while [`is_held`](Self::is_held)
 /// says so. Dropping it releases the lock without waiting for the answers;
@@ -34,13 +39,18 @@ use crate::{Error, FencingToken, LossReason, Redlock};
 #[must_use = "if unused the lock is released immediately"]
 #[clippy::has_significant_drop]
 pub struct LockGuard {
-    client: Redlock,
+    shared: Arc<Shared>,
     lease: Arc<Lease>,
+    _client: KeepAlive,
 }
 
 impl LockGuard {
-    pub(crate) fn new(client: Redlock, lease: Arc<Lease>) -> Self {
-        LockGuard { client, lease }
+    pub(crate) fn new(shared: Arc<Shared>, lease: Arc<Lease>, client: KeepAlive) -> Self {
+        LockGuard {
+            shared,
+            lease,
+            _client: client,
+        }
     }
 
     /// The fencing token of this grant: higher than that of every earlier
@@ -99,7 +109,7 @@ impl LockGuard {
     /// its validity ran out, and with [`Error::Unavailable`] if too few
     /// instances answered (the lease stays held while its validity lasts).
     pub fn extend(&self, ttl: Duration) -> Result<(), Error> {
-        let shared = self.client.shared();
+        let shared = &self.shared;
         shared.cfg.validate(&shared.cfg.defaults.ttl(ttl))?;
         match lease::begin_extend(shared, &self.lease, ttl, true)? {
             Some(pending) => pending.finish(shared),
@@ -117,14 +127,14 @@ impl LockGuard {
     /// answered: the release is still retried in the background until the
     /// lease would have expired anyway.
     pub fn release(self) -> Result<(), Error> {
-        lease::release(self.client.shared(), &self.lease)
+        lease::release(&self.shared, &self.lease)
         // Drop finds the lease released and does nothing more.
     }
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        lease::send_release(self.client.shared(), &self.lease, false);
+        lease::send_release(&self.shared, &self.lease, false);
     }
 }
 

@@ -7,10 +7,10 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::acquire::Grant;
-use crate::client::Shared;
 use crate::keys::Keys;
 use crate::quorum::yes_no;
 use crate::scripts::{self, EXTEND};
+use crate::shared::Shared;
 use crate::{Error, FencingToken, LockOptions, LossReason};
 
 pub(crate) struct Lease {

@@ -106,6 +106,7 @@
 mod acquire;
 mod builder;
 mod client;
+mod config;
 mod connection;
 mod error;
 mod fenced;
@@ -118,6 +119,7 @@ mod options;
 mod quorum;
 mod retry;
 mod scripts;
+mod shared;
 mod token;
 mod watchdog;
 
@@ -136,8 +138,9 @@ pub use crossbeam_channel;
 /// connection URLs.
 pub use redis;
 
-pub use builder::{RedlockBuilder, MAX_TTL};
+pub use builder::RedlockBuilder;
 pub use client::Redlock;
+pub use config::MAX_TTL;
 pub use error::{Error, InstanceError, InstanceErrorKind, LossReason};
 pub use fenced::fenced_set;
 pub use guard::LockGuard;

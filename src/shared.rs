@@ -1,0 +1,26 @@
+//! What every operation shares: the settings and the instances. It sits
+//! below the operations (client, acquire, lease, watchdog), so a lock call
+//! walks down the floors without climbing back.
+
+use std::time::Instant;
+
+use crate::config::Config;
+use crate::quorum::Instances;
+
+/// Settings and the instances' workers, shared by the client's clones, its
+/// guards and its watchdog.
+pub(crate) struct Shared {
+    pub cfg: Config,
+    pub instances: Instances,
+}
+
+impl Shared {
+    pub fn new(cfg: Config, instances: Instances) -> Self {
+        Shared { cfg, instances }
+    }
+
+    /// Deadline of one round of requests started now.
+    pub fn round_deadline(&self) -> Instant {
+        Instant::now() + self.cfg.instance_timeout
+    }
+}
