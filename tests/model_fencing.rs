@@ -2,10 +2,11 @@
 //! tokens" (steps 1–4), with [stateright].
 //!
 //! This is an abstract model: there is no Redis and no code from the crate in
-//! here. It models what the Lua scripts in `lua/acquire.lua` and
-//! `lua/fence_raise.lua` do to the per-instance fence counters, and checks
-//! that the tokens handed out to successive grants of one resource strictly
-//! increase.
+//! here. It models what the acquire pipeline (`src/acquire.rs`: native
+//! `SET fence S NX`, `SET lock NX GET`, `INCR fence`, `PEXPIRE fence`) and
+//! `lua/fence_raise.lua` do to the per-instance fence counters, and how the
+//! client turns the replies into a token, and checks that the tokens handed
+//! out to successive grants of one resource strictly increase.
 //!
 //! # The model
 //!
@@ -14,12 +15,14 @@
 //!   lock key (free, held by the client currently acquiring, or held by
 //!   someone else: a past holder whose lease has not been released or has not
 //!   expired yet).
-//! * A global clock, used to seed a missing counter ("`TIME` in
-//!   microseconds", rounded down to the millisecond). The design's assumption
-//!   is that clocks are roughly right, a resource is locked fewer than a
-//!   million times a second and a counter is not lost within a millisecond of
-//!   its creation, so the (rounded) clock always runs ahead of every counter
-//!   value and every token issued so far. The model encodes exactly that assumption and nothing stronger:
+//! * A global clock, used to seed a missing counter: the seed `S` the client
+//!   sends is its reading of the instances' clocks in microseconds (`TIME`
+//!   read at connect time, carried forward on the client's monotonic
+//!   clock), and the raise script seeds from `TIME` itself. The design's
+//!   assumption is that clocks are roughly right, a resource is locked fewer
+//!   than a million times a second and a counter is not lost within about a
+//!   millisecond of its creation, so the clock always runs ahead of every
+//!   counter value and every token issued so far. The model encodes exactly that assumption and nothing stronger:
 //!   after every step the clock is moved to at least one more than every
 //!   counter and every token seen. (Moving it only as far as needed keeps the
 //!   state space small; a clock further ahead only leaves more room.)
@@ -30,13 +33,23 @@
 //!
 //! Steps (all nondeterministic):
 //!
-//! * `Acquire { granted }`: `SET NX` succeeds on `granted`, any non-empty
-//!   subset of the instances whose lock key is free. Each granting instance
-//!   bumps its counter (a missing counter is first seeded from the clock,
-//!   then `INCR`). Fewer than a quorum: the attempt fails and releases, but
-//!   the bumps stay (this is how counters drift apart in practice). A quorum:
-//!   token = maximum of the granting counters; if they are not all equal a
-//!   raise round is needed before the token can be handed out.
+//! * `Acquire { granted, bumped, seeded, mid_loss }`: `SET lock NX`
+//!   succeeds on `granted`, any non-empty subset of the instances whose lock
+//!   key is free. The pipeline is not a transaction: `INCR` runs on every
+//!   instance the request reached, `bumped` (the granting ones and any
+//!   others: refusing instances, or ones whose reply was lost), each after
+//!   `SET fence S NX` created a missing counter at `S`. `S` is the clock
+//!   when the client has read an instance clock (`seeded`), else 0 (a client
+//!   whose connections are still being set up). `mid_loss`: one bumped
+//!   instance loses its data between the seed and the `INCR` (another
+//!   client's FLUSHALL can run between two commands of a pipeline), so its
+//!   `INCR` recreates the counter at 1, and its lock key is kept or lost.
+//!   Fewer than a quorum granted: the attempt fails and releases, but the
+//!   bumps stay (this is how counters drift apart in practice). A quorum:
+//!   each granting counter below `FLOOR` (one no seed reached) counts as the
+//!   client's current clock reading plus that counter; the token is the
+//!   maximum; if the granting counters are not all equal to it, a raise
+//!   round is needed before the token can be handed out.
 //! * `Raise { now, late }`: the raise round. Every instance in `now` gets its
 //!   counter raised to at least the token, never lowered. A missing counter
 //!   is first seeded from the clock, like in the acquire: step 4 says so of
@@ -70,8 +83,11 @@
 //! * the design as written (raise round, counters seeded from the clock):
 //!   the property holds in every reachable state;
 //! * without the raise round: the checker finds tokens going backwards;
-//! * with missing counters restarting from 0 instead of the clock: the
-//!   checker finds tokens going backwards after a counter is lost;
+//! * with missing counters restarting from 0 instead of the clock (a plain
+//!   `INCR`, no seed and no floor rule): the checker finds tokens going
+//!   backwards after a counter is lost;
+//! * with the seed but without the floor rule (the client trusting a counter
+//!   that no seed reached): the checker finds tokens going backwards;
 //! * with a raise that sets a missing counter to its token instead of seeding
 //!   it from the clock first: the checker finds tokens going backwards when a
 //!   straggling raise of an earlier attempt lands on an instance that lost
@@ -88,6 +104,10 @@ use stateright::{Checker, Expectation, HasDiscoveries, Model, Property};
 const N: usize = 3;
 /// Majority of `N`.
 const QUORUM: usize = N / 2 + 1;
+/// Counters below this were created by an `INCR` that no seed reached
+/// (`SEED_FLOOR` in `src/acquire.rs`, 2^40 there). Every clock reading is
+/// at least this, so the model's clock starts here.
+const FLOOR: u64 = 100;
 
 /// Name of the safety property checked in every variant.
 const TOKENS_INCREASE: &str = "tokens strictly increase in grant order";
@@ -96,6 +116,9 @@ const RAISED_GRANT: &str = "a token is handed out after a raise round";
 /// A token was handed out after a counter went missing since the previous
 /// token (the model exercises step 4).
 const GRANT_AFTER_LOSS: &str = "a token is handed out after a counter was lost";
+/// A token was handed out although a granting counter was below the floor
+/// (no seed reached it: an unseeded attempt, or data lost mid-pipeline).
+const FLOOR_GRANT: &str = "a token is handed out from a counter below the floor";
 /// The model reaches the maximum number of grants.
 const ALL_GRANTS: &str = "every grant is handed out";
 
@@ -148,6 +171,8 @@ struct Pending {
     token: u64,
     /// The granting counters did not all agree.
     needs_raise: bool,
+    /// A granting counter was below `FLOOR` (no seed reached it).
+    below_floor: bool,
 }
 
 /// One token handed out.
@@ -158,6 +183,8 @@ struct Issued {
     after_raise: bool,
     /// Faults (lost counters) that had happened when it was handed out.
     faults_before: u8,
+    /// A granting counter was below `FLOOR`.
+    below_floor: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -177,8 +204,18 @@ struct State {
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Action {
-    Acquire { granted: Set },
-    Raise { now: Set, late: Option<usize> },
+    Acquire {
+        granted: Set,
+        bumped: Set,
+        seeded: bool,
+        /// An instance that lost its data between the seed and the `INCR`,
+        /// and whether its lock key (if it granted) survived.
+        mid_loss: Option<(usize, bool)>,
+    },
+    Raise {
+        now: Set,
+        late: Option<usize>,
+    },
     LateRaise,
     HandOut,
     GiveUp,
@@ -190,9 +227,10 @@ enum Action {
 /// Where a missing counter starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Seed {
-    /// From the instance clock (the design).
+    /// From the clock, as read by the client (the design).
     Clock,
-    /// From 0, as a plain `INCR` on a missing key would.
+    /// From 0, as a plain `INCR` on a missing key would, and the client
+    /// trusts whatever the counters say.
     Zero,
 }
 
@@ -202,7 +240,8 @@ enum RaiseMissing {
     /// Seed it like the acquire does (step 4 applies to every missing
     /// counter), then raise it to at least the token.
     Seed,
-    /// Set it to the token (what `lua/fence_raise.lua` does today).
+    /// Set it to the token (what the first `lua/fence_raise.lua` did,
+    /// until this model found the bug).
     SetToToken,
 }
 
@@ -212,6 +251,14 @@ struct FencingModel {
     /// disagree. `false` hands out the maximum as is.
     raise_round: bool,
     seed: Seed,
+    /// The client counts a granting counter below `FLOOR` as its clock
+    /// reading plus that counter. `false` trusts it as it is.
+    floor_rule: bool,
+    /// Explore what the pipeline not being a transaction allows: requests
+    /// that bump counters without granting, unseeded attempts, data lost
+    /// between the seed and the `INCR`. Off only to keep the searches for
+    /// the other variants' counterexamples short (they need none of it).
+    pipeline_faults: bool,
     /// What the raise does with a missing counter.
     raise_missing: RaiseMissing,
     /// Most tokens handed out in one run.
@@ -228,6 +275,8 @@ impl FencingModel {
         FencingModel {
             raise_round: true,
             seed: Seed::Clock,
+            floor_rule: true,
+            pipeline_faults: true,
             raise_missing: RaiseMissing::Seed,
             max_grants: 3,
             max_attempts: 4,
@@ -274,11 +323,12 @@ impl FencingModel {
         }
     }
 
-    fn hand_out(state: &mut State, token: u64, after_raise: bool) {
+    fn hand_out(state: &mut State, p: Pending, after_raise: bool) {
         state.issued.push(Issued {
-            token,
+            token: p.token,
             after_raise,
             faults_before: state.faults,
+            below_floor: p.below_floor,
         });
         // Our lock keys now belong to a holder of a past grant.
         for l in &mut state.locks {
@@ -306,7 +356,7 @@ impl Model for FencingModel {
             locks: [Lock::Free; N],
             pending: None,
             issued: Vec::new(),
-            clock: 1,
+            clock: FLOOR,
             late_raise: None,
             attempts: 0,
             faults: 0,
@@ -318,9 +368,33 @@ impl Model for FencingModel {
             None => {
                 if state.attempts < self.max_attempts && state.issued.len() < self.max_grants {
                     let free = Self::free(state);
+                    let wide = self.pipeline_faults;
+                    let may_lose = wide && state.faults < self.max_faults;
                     for granted in Set::all() {
-                        if granted.len() > 0 && granted.is_subset_of(free) {
-                            actions.push(Action::Acquire { granted });
+                        if granted.len() == 0 || !granted.is_subset_of(free) {
+                            continue;
+                        }
+                        let bumps = Set::all().filter(|b| granted.is_subset_of(*b));
+                        for bumped in bumps.filter(|&b| wide || b == granted) {
+                            for seeded in [true, false].into_iter().filter(|&x| wide || x) {
+                                let mut losses = vec![None];
+                                if may_lose {
+                                    for i in bumped.members() {
+                                        losses.push(Some((i, false)));
+                                        if granted.contains(i) {
+                                            losses.push(Some((i, true)));
+                                        }
+                                    }
+                                }
+                                for mid_loss in losses {
+                                    actions.push(Action::Acquire {
+                                        granted,
+                                        bumped,
+                                        seeded,
+                                        mid_loss,
+                                    });
+                                }
+                            }
                         }
                     }
                 }
@@ -364,28 +438,66 @@ impl Model for FencingModel {
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
         let mut s = last.clone();
         match action {
-            Action::Acquire { granted } => {
+            Action::Acquire {
+                granted,
+                bumped,
+                seeded,
+                mid_loss,
+            } => {
                 s.attempts += 1;
-                // acquire.lua on each granting instance: SET NX succeeded,
-                // seed a missing counter, INCR, return it.
-                let seed = self.seed(&s);
+                // On each instance the request reached: SET fence S NX, then
+                // SET lock NX on the granting ones, then INCR.
+                let seed = if seeded { self.seed(&s) } else { 0 };
                 let mut returned = Vec::new();
-                for i in granted.members() {
-                    let c = s.counters[i].unwrap_or(seed) + 1;
+                for i in bumped.members() {
+                    let c = match mid_loss {
+                        Some((lost, kept)) if lost == i => {
+                            // Data lost after the seed: INCR starts from 0.
+                            s.faults += 1;
+                            s.locks[i] = if granted.contains(i) && kept {
+                                Lock::Ours
+                            } else {
+                                Lock::Free
+                            };
+                            1
+                        }
+                        _ => {
+                            if granted.contains(i) {
+                                s.locks[i] = Lock::Ours;
+                            }
+                            s.counters[i].unwrap_or(seed) + 1
+                        }
+                    };
                     s.counters[i] = Some(c);
-                    s.locks[i] = Lock::Ours;
-                    returned.push(c);
+                    if granted.contains(i) {
+                        returned.push(c);
+                    }
                 }
                 if granted.len() < QUORUM {
                     // No quorum: release everywhere and retry later. The
                     // counter bumps stay.
                     Self::release_ours(&mut s);
                 } else {
-                    let token = *returned.iter().max().expect("a quorum is not empty");
+                    // The client's clock reading when it decides: it has
+                    // read the clock of every instance that answered.
+                    let now = self.seed(&s);
+                    let effective = |c: u64| {
+                        if self.floor_rule && c < FLOOR {
+                            now + c
+                        } else {
+                            c
+                        }
+                    };
+                    let token = returned
+                        .iter()
+                        .map(|&c| effective(c))
+                        .max()
+                        .expect("a quorum is not empty");
                     let agree = returned.iter().all(|&c| c == token);
                     s.pending = Some(Pending {
                         token,
                         needs_raise: self.raise_round && !agree,
+                        below_floor: returned.iter().any(|&c| c < FLOOR),
                     });
                 }
             }
@@ -400,7 +512,7 @@ impl Model for FencingModel {
                 }
                 s.late_raise = late.map(|i| (i, p.token));
                 if confirmed >= QUORUM {
-                    Self::hand_out(&mut s, p.token, true);
+                    Self::hand_out(&mut s, p, true);
                 } else {
                     Self::release_ours(&mut s);
                     s.pending = None;
@@ -408,7 +520,7 @@ impl Model for FencingModel {
             }
             Action::HandOut => {
                 let p = s.pending.expect("hand out only while acquiring");
-                Self::hand_out(&mut s, p.token, false);
+                Self::hand_out(&mut s, p, false);
             }
             Action::GiveUp => {
                 Self::release_ours(&mut s);
@@ -454,6 +566,7 @@ impl Model for FencingModel {
                     .windows(2)
                     .any(|w| w[1].faults_before > w[0].faults_before)
             }),
+            Property::<Self>::sometimes(FLOOR_GRANT, |_, s| s.issued.iter().any(|t| t.below_floor)),
             Property::<Self>::sometimes(ALL_GRANTS, |m, s| s.issued.len() == m.max_grants),
         ]
     }
@@ -600,7 +713,7 @@ fn describe(s: &State) -> String {
 fn fencing_tokens_strictly_increase_with_raise_round() {
     let checker = check_all(FencingModel::design());
     assert!(checker.is_done(), "the search must be exhaustive");
-    for name in [RAISED_GRANT, GRANT_AFTER_LOSS] {
+    for name in [RAISED_GRANT, GRANT_AFTER_LOSS, FLOOR_GRANT] {
         checker.assert_any_discovery(name);
         print_path(name, &discovery(&checker, name).expect("asserted above"));
     }
@@ -620,6 +733,7 @@ fn without_raise_round_tokens_can_go_backwards() {
     let model = FencingModel {
         raise_round: false,
         max_faults: 0,
+        pipeline_faults: false,
         ..FencingModel::design()
     };
     let checker = find_counterexample(model);
@@ -646,6 +760,8 @@ fn without_raise_round_tokens_can_go_backwards() {
 fn counter_reset_to_zero_breaks_monotonicity() {
     let model = FencingModel {
         seed: Seed::Zero,
+        floor_rule: false,
+        pipeline_faults: false,
         ..FencingModel::design()
     };
     let checker = find_counterexample(model.clone());
@@ -678,6 +794,7 @@ fn counter_reset_to_zero_breaks_monotonicity() {
 fn raise_setting_missing_counter_to_token_breaks_monotonicity() {
     let model = FencingModel {
         raise_missing: RaiseMissing::SetToToken,
+        pipeline_faults: false,
         ..FencingModel::design()
     };
     let checker = find_counterexample(model.clone());
@@ -702,4 +819,30 @@ fn raise_setting_missing_counter_to_token_breaks_monotonicity() {
     });
     assert!(without_loss.is_done());
     without_loss.assert_no_discovery(TOKENS_INCREASE);
+}
+
+/// The acquire pipeline is not a transaction, and a client may send its
+/// first requests before it has read any instance clock (seed 0): a counter
+/// can then be created by `INCR` alone, at 1. Trusting such a counter sends
+/// tokens backwards once the instance where the next quorum overlaps the
+/// previous one lost its data. Counting it as the client's clock reading
+/// plus the counter (and raising the stored counter to the token) is what
+/// keeps the design safe.
+#[test]
+fn trusting_counters_below_the_floor_breaks_monotonicity() {
+    // Two grants are enough to show it, and keep the breadth-first search
+    // short.
+    let model = FencingModel {
+        floor_rule: false,
+        max_grants: 2,
+        max_attempts: 3,
+        ..FencingModel::design()
+    };
+    let checker = find_counterexample(model);
+    let steps = discovery(&checker, TOKENS_INCREASE)
+        .expect("trusting unseeded counters must break monotonicity");
+    print_path(TOKENS_INCREASE, &steps);
+    let last = &steps.last().expect("a path has a state").0;
+    assert!(!tokens_strictly_increase(last));
+    assert!(last.issued.iter().any(|t| t.below_floor));
 }
