@@ -76,8 +76,8 @@ mod bench_support;
 
 use bench_support::{
     contention, env_or, fmt_cpu, fmt_dur, machine_summary, median_by, next_resource, ratio,
-    raw_baseline, raw_baseline_on, redis_version, send_to_all, single_thread, throughput,
-    uuid_like, with_server_cpu, Contention, Hold, Sample, CONTENTION_WORKERS, CRITICAL_SECTION,
+    raw_baseline, raw_baseline_on, redis_version, single_thread, throughput, uuid_like,
+    with_server_cpu, Contention, Hold, Sample, CONTENTION_WORKERS, CRITICAL_SECTION,
 };
 
 /// Threads used by the throughput scenarios.
@@ -197,24 +197,15 @@ fn network_rows(settings: &Settings, cluster: &RedisCluster, delay: Duration) ->
     ]
 }
 
-/// Scenario 1b: redfence's own acquire and release scripts (EVALSHA) on five
-/// plain connections from one thread, pipelined across instances. The gap
-/// between this and scenario 2 is the client's own cost; the gap between
-/// this and scenario 1 is what the Lua scripts (compare-and-delete, fencing
-/// counter) cost the servers.
+/// Scenario 1b: what redfence sends for one lock + release (the native
+/// acquire pipeline, then the release script and its announcement), written
+/// to five plain connections from one thread, pipelined across instances.
+/// The gap between this and scenario 2 is the client's own cost; the gap
+/// between this and scenario 1 is what fencing and compare-and-delete cost.
 fn raw_scripts_baseline(cluster: &RedisCluster, ops: usize) -> Sample {
-    let acquire = redis::Script::new(concat!(
-        include_str!("../lua/counter.lua"),
-        include_str!("../lua/acquire.lua")
-    ));
     let release = redis::Script::new(include_str!("../lua/release.lua"));
     let mut conns: Vec<redis::Connection> = cluster.iter().map(|s| s.connection()).collect();
     for conn in &mut conns {
-        let _: () = acquire
-            .prepare_invoke()
-            .load(conn)
-            .map(drop)
-            .expect("load acquire");
         let _: () = release
             .prepare_invoke()
             .load(conn)
@@ -232,28 +223,60 @@ fn raw_scripts_baseline(cluster: &RedisCluster, ops: usize) -> Sample {
             format!("raw:fence:{{{name}}}"),
         );
         let t0 = Instant::now();
-        let acq = redis::cmd("EVALSHA")
-            .arg(acquire.get_hash())
-            .arg(2)
-            .arg(&lock)
+        let acq = redis::pipe()
+            .cmd("SET")
             .arg(&fence)
-            .arg(&value)
-            .arg(30_000)
+            .arg(1_700_000_000_000_000u64)
+            .arg("NX")
+            .arg("PX")
             .arg(60_000)
-            .get_packed_command();
-        let rel = redis::cmd("EVALSHA")
+            .cmd("SET")
+            .arg(&lock)
+            .arg(&value)
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .arg("GET")
+            .cmd("INCR")
+            .arg(&fence)
+            .cmd("PEXPIRE")
+            .arg(&fence)
+            .arg(60_000)
+            .get_packed_pipeline();
+        let rel = redis::pipe()
+            .cmd("EVALSHA")
             .arg(release.get_hash())
             .arg(1)
             .arg(&lock)
             .arg(&value)
+            .cmd("PUBLISH")
             .arg("raw:released")
-            .get_packed_command();
-        errors += send_to_all(&mut conns, [&acq, &rel], |reply| {
-            matches!(reply, redis::Value::Array(_) | redis::Value::Int(1))
-        });
+            .arg("1")
+            .get_packed_pipeline();
+        errors += send_pipelines_to_all(&mut conns, [(&acq, 4), (&rel, 2)]);
         latencies.push(t0.elapsed());
     }
     Sample::new(latencies, start.elapsed(), errors)
+}
+
+/// Writes each pipeline to every connection, then reads its replies from
+/// every connection; counts error replies.
+fn send_pipelines_to_all(conns: &mut [redis::Connection], pipelines: [(&[u8], usize); 2]) -> usize {
+    let mut errors = 0;
+    for (packed, replies) in pipelines {
+        for conn in conns.iter_mut() {
+            conn.send_packed_command(packed).expect("raw send");
+        }
+        for conn in conns.iter_mut() {
+            for _ in 0..replies {
+                match conn.recv_response() {
+                    Ok(redis::Value::ServerError(_)) | Err(_) => errors += 1,
+                    Ok(_) => {}
+                }
+            }
+        }
+    }
+    errors
 }
 
 /// Unmeasured lock + release calls; returns the slowest.

@@ -3,16 +3,18 @@
 -- KEYS[1] lock key, KEYS[2] fence counter key
 -- ARGV[1] lock value, ARGV[2] token, ARGV[3] counter idle expiry in ms
 -- Returns 1 when the counter is >= token and the lock is ours, 0 when the
--- counter is raised but the lock is not ours. (counter.lua is prepended.)
-local current, err = read_counter(KEYS[2])
-if err then
-  return err
+-- counter is raised but the lock is not ours.
+local current = redis.call('GET', KEYS[2])
+if current and not string.match(current, '^%d+$') then
+  return redis.error_reply('WRONGTYPE redfence: fence key ' .. KEYS[2] .. ' is not a counter')
 end
 if not current then
   -- The counter was lost after the grant (or this raise arrives late):
-  -- seed it from the clock like acquire does, never with the old token
-  -- alone, or the next grant here could repeat that token.
-  current = clock_seed()
+  -- seed it from the instance clock in microseconds, never with the old
+  -- token alone, or the next grant here could repeat that token. Built as a
+  -- string: Lua would print a large number in exponent form.
+  local now = redis.call('TIME')
+  current = now[1] .. string.format('%06d', tonumber(now[2]))
   redis.call('SET', KEYS[2], current)
 end
 -- Tokens stay below 2^53, so tonumber compares them exactly.

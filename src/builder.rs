@@ -7,6 +7,7 @@ use std::time::Duration;
 use redis::{ConnectionInfo, IntoConnectionInfo, RedisResult};
 
 use crate::client::Redlock;
+use crate::clock::InstanceClock;
 use crate::config::{Config, MAX_FENCE_IDLE, MAX_TTL};
 use crate::connection::Manager;
 use crate::instance::{Instance, InstanceConfig};
@@ -203,9 +204,11 @@ impl RedlockBuilder {
         let notifier = Notifier::start(infos.clone(), cfg.instance_timeout)
             .map_err(|e| Error::invalid_config(format!("cannot start a subscriber thread: {e}")))?;
         let mut list = Vec::with_capacity(infos.len());
+        let mut clocks = Vec::with_capacity(infos.len());
         for (index, info) in infos.into_iter().enumerate() {
             let name = instance_name(&info);
-            let manager = Manager::new(info, cfg.instance_timeout)
+            let clock = Arc::new(InstanceClock::default());
+            let manager = Manager::new(info, cfg.instance_timeout, Arc::clone(&clock))
                 .map_err(|e| Error::invalid_config(format!("instance #{index} ({name}): {e}")))?;
             let instance = Instance::start(InstanceConfig {
                 index,
@@ -215,11 +218,13 @@ impl RedlockBuilder {
                 queue_capacity: QUEUE_CAPACITY,
                 max_batch: cfg.max_pipeline,
                 thread_pool: Arc::clone(&pool_threads),
+                clock: Arc::clone(&clock),
             })
             .map_err(|e| Error::invalid_config(format!("cannot start a worker thread: {e}")))?;
             list.push(instance);
+            clocks.push(clock);
         }
-        let shared = Shared::new(cfg, Instances::new(list));
+        let shared = Shared::new(cfg, Instances::new(list, clocks));
         Redlock::start(shared, notifier)
     }
 

@@ -162,9 +162,9 @@ impl Redlock {
                     watch = Some(subscribed);
                 }
                 Some(watch) if contended && failure.granted == 0 => {
-                    let holder = failure.holder_ttl.unwrap_or(MAX_NOTIFY_WAIT);
-                    let wait = holder.min(MAX_NOTIFY_WAIT) + Duration::from_millis(1);
-                    watch.wait_released((now + wait).min(latest_start));
+                    // A holder that dies without releasing is not announced:
+                    // try again now and then, in case its lease ran out.
+                    watch.wait_released((now + MAX_NOTIFY_WAIT).min(latest_start));
                 }
                 _ => {
                     // A random pause keeps competing clients from colliding
@@ -178,7 +178,7 @@ impl Redlock {
                     } else {
                         shared.cfg.retry_delay
                     };
-                    let pause = retry::pause(window, failure.holder_ttl);
+                    let pause = retry::pause(window);
                     std::thread::sleep(pause.min(latest_start - now));
                 }
             }
@@ -223,14 +223,14 @@ impl Redlock {
             let Ok((index, result)) = rx.recv_deadline(deadline) else {
                 break;
             };
-            out[index].1 = match result {
-                Ok(Value::SimpleString(s)) if s == "PONG" => Ok(start.elapsed()),
+            out[index].1 = match result.as_deref() {
+                Ok([Value::SimpleString(s)]) if s == "PONG" => Ok(start.elapsed()),
                 Ok(other) => Err(InstanceError::new(
                     &out[index].0,
                     crate::InstanceErrorKind::Protocol,
                     format!("unexpected reply to PING: {other:?}"),
                 )),
-                Err(e) => Err(e),
+                Err(e) => Err(e.clone()),
             };
         }
         out

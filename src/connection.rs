@@ -1,12 +1,14 @@
-//! Connections to one instance: an r2d2 manager that sets timeouts and
-//! preloads the scripts.
+//! Connections to one instance: an r2d2 manager that sets timeouts,
+//! preloads the scripts and reads the instance's clock.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use redis::{ConnectionInfo, ConnectionLike, RedisError};
+use redis::{ConnectionInfo, ConnectionLike, ErrorKind, RedisError, Value};
+
+use crate::clock::InstanceClock;
 
 /// A connection plus what we learnt about its health. A connection on which
 /// a command timed out or failed mid-way is never reused: a late reply would
@@ -14,6 +16,8 @@ use redis::{ConnectionInfo, ConnectionLike, RedisError};
 pub(crate) struct Conn {
     pub inner: redis::Connection,
     pub broken: bool,
+    /// When the instance's clock was last read on this connection.
+    pub clock_read: Instant,
 }
 
 pub(crate) struct Manager {
@@ -23,14 +27,20 @@ pub(crate) struct Manager {
     /// message, and the worker wants to tell a refused password from a
     /// refused connection.
     last_error: Arc<Mutex<Option<RedisError>>>,
+    clock: Arc<InstanceClock>,
 }
 
 impl Manager {
-    pub fn new(info: ConnectionInfo, timeout: Duration) -> Result<Self, RedisError> {
+    pub fn new(
+        info: ConnectionInfo,
+        timeout: Duration,
+        clock: Arc<InstanceClock>,
+    ) -> Result<Self, RedisError> {
         Ok(Manager {
             client: redis::Client::open(info)?,
             timeout,
             last_error: Arc::default(),
+            clock,
         })
     }
 
@@ -45,8 +55,21 @@ impl Manager {
         let mut conn = Conn {
             inner,
             broken: false,
+            clock_read: Instant::now(),
         };
         load_scripts(&mut conn)?;
+        // No connection is used before its instance's clock is known: the
+        // seed of new fencing counters comes from it.
+        let sent = Instant::now();
+        let time: Value = redis::cmd("TIME").query(&mut conn.inner)?;
+        if !self.clock.record(&time, sent) {
+            return Err(RedisError::from((
+                ErrorKind::Client,
+                "unexpected reply to TIME",
+                format!("{time:?}"),
+            )));
+        }
+        conn.clock_read = sent;
         Ok(conn)
     }
 }

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use redis::{ConnectionLike, Value};
 
+use crate::clock::{self, InstanceClock};
 use crate::connection::{load_scripts, Conn, Manager};
 use crate::error::{InstanceError, InstanceErrorKind};
 
@@ -26,23 +27,43 @@ const OWED_CHUNK: usize = 1024;
 /// Owed releases kept for an instance that stays unreachable.
 const MAX_OWED: usize = 64 * 1024;
 
-/// One instance's answer to one request.
-pub(crate) type Reply = (usize, Result<Value, InstanceError>);
+/// One instance's replies to one request (one value per command), or why
+/// there are none.
+pub(crate) type Replies = Result<Vec<Value>, InstanceError>;
+
+/// Where a worker hands the replies to a request: the caller's round (see
+/// `quorum.rs`), which wakes the caller once the outcome is decided, or a
+/// channel.
+pub(crate) trait Collect: Send + Sync {
+    fn deliver(&self, index: usize, replies: Replies);
+}
+
+pub(crate) type Sink = Arc<dyn Collect>;
+
+/// A channel is a sink too, for callers that want every answer (ping).
+impl Collect for Sender<(usize, Replies)> {
+    fn deliver(&self, index: usize, replies: Replies) {
+        // The caller may have stopped waiting; that is fine.
+        let _ = self.send((index, replies));
+    }
+}
 
 pub(crate) struct Request {
+    /// One or more commands, packed once and shared by every instance.
     pub packed: Arc<[u8]>,
+    /// How many commands `packed` holds: the replies to read.
+    pub commands: usize,
     pub deadline: Instant,
-    pub reply: Option<Sender<Reply>>,
+    pub sink: Option<Sink>,
     /// Must reach the instance: retried after connection failures until
     /// its deadline (releases, so no key outlives a failed attempt).
     pub persistent: bool,
 }
 
 impl Request {
-    fn answer(&mut self, index: usize, result: Result<Value, InstanceError>) {
-        if let Some(tx) = self.reply.take() {
-            // The caller may have decided and left already; that is fine.
-            let _ = tx.send((index, result));
+    fn answer(&mut self, index: usize, replies: Replies) {
+        if let Some(sink) = self.sink.take() {
+            sink.deliver(index, replies);
         }
     }
 }
@@ -62,6 +83,7 @@ pub(crate) struct InstanceConfig {
     pub queue_capacity: usize,
     pub max_batch: usize,
     pub thread_pool: Arc<scheduled_thread_pool::ScheduledThreadPool>,
+    pub clock: Arc<InstanceClock>,
 }
 
 impl Instance {
@@ -85,6 +107,7 @@ impl Instance {
             name: cfg.name.clone(),
             pool,
             timeout: cfg.timeout,
+            clock: cfg.clock,
         };
         let handle = std::thread::Builder::new()
             .name(format!("redfence-instance-{}", cfg.index))
@@ -138,7 +161,12 @@ struct Worker {
     name: String,
     pool: r2d2::Pool<Manager>,
     timeout: Duration,
+    clock: Arc<InstanceClock>,
 }
+
+/// `TIME`, packed once.
+static TIME: std::sync::LazyLock<Vec<u8>> =
+    std::sync::LazyLock::new(|| redis::cmd("TIME").get_packed_command());
 
 impl Worker {
     fn run(self, rx: Receiver<Request>) {
@@ -247,27 +275,50 @@ impl Worker {
     /// Sends the batch as one pipeline and reads the replies in order. The
     /// first I/O error or timeout fails the rest of the batch at once and
     /// retires the connection.
-    fn execute(&self, conn: &mut Conn, batch: &[Request]) -> Vec<Result<Value, InstanceError>> {
-        let mut bytes = Vec::with_capacity(batch.iter().map(|r| r.packed.len()).sum());
+    /// It also reads the instance's clock again, in the same pipeline, once
+    /// the last reading is older than `clock::REFRESH`.
+    fn execute(&self, conn: &mut Conn, batch: &[Request]) -> Vec<Replies> {
+        let refresh = conn.clock_read.elapsed() >= clock::REFRESH;
+        let mut bytes =
+            Vec::with_capacity(batch.iter().map(|r| r.packed.len()).sum::<usize>() + 16);
+        if refresh {
+            bytes.extend_from_slice(&TIME);
+        }
         for req in batch {
             bytes.extend_from_slice(&req.packed);
         }
-        let mut results = Vec::with_capacity(batch.len());
-        if let Err(e) = conn.inner.send_packed_command(&bytes) {
+        let sent = Instant::now();
+        let failed = |conn: &mut Conn, e: redis::RedisError| {
             conn.broken = true;
-            let err = InstanceError::from_redis(&self.name, &e);
-            return vec![Err(err); batch.len()];
+            Err(InstanceError::from_redis(&self.name, &e))
+        };
+        if let Err(e) = conn.inner.send_packed_command(&bytes) {
+            return vec![failed(conn, e); batch.len()];
         }
-        for _ in 0..batch.len() {
+        if refresh {
             match conn.inner.recv_response() {
-                Ok(value) => results.push(Ok(value)),
-                Err(e) => {
-                    conn.broken = true;
-                    let err = InstanceError::from_redis(&self.name, &e);
-                    results.resize(batch.len(), Err(err));
-                    return results;
+                Ok(value) => {
+                    if self.clock.record(&value, sent) {
+                        conn.clock_read = sent;
+                    }
+                }
+                Err(e) => return vec![failed(conn, e); batch.len()],
+            }
+        }
+        let mut results = Vec::with_capacity(batch.len());
+        for req in batch {
+            let mut values = Vec::with_capacity(req.commands);
+            for _ in 0..req.commands {
+                match conn.inner.recv_response() {
+                    Ok(value) => values.push(value),
+                    Err(e) => {
+                        let err = failed(conn, e);
+                        results.resize(batch.len(), err);
+                        return results;
+                    }
                 }
             }
+            results.push(Ok(values));
         }
         self.retry_noscript(conn, batch, &mut results);
         results
@@ -275,13 +326,10 @@ impl Worker {
 
     /// An instance that restarted or ran SCRIPT FLUSH answers NOSCRIPT:
     /// reload the scripts and send those requests again, in their order.
-    fn retry_noscript(
-        &self,
-        conn: &mut Conn,
-        batch: &[Request],
-        results: &mut [Result<Value, InstanceError>],
-    ) {
-        let is_noscript = |r: &Result<Value, InstanceError>| matches!(r, Ok(Value::ServerError(e)) if e.code() == "NOSCRIPT");
+    /// (A request's other commands run again too; the only one that comes
+    /// with a script, a release's PUBLISH, is harmless twice.)
+    fn retry_noscript(&self, conn: &mut Conn, batch: &[Request], results: &mut [Replies]) {
+        let is_noscript = |r: &Replies| matches!(r, Ok(values) if values.iter().any(|v| matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")));
         if !results.iter().any(is_noscript) {
             return;
         }
@@ -301,19 +349,22 @@ impl Worker {
                 *r = Err(err.clone());
                 continue;
             }
-            *r = conn.inner.req_packed_command(&req.packed).map_err(|e| {
-                conn.broken = true;
-                let err = InstanceError::from_redis(&self.name, &e);
-                failure = Some(err.clone());
-                err
-            });
+            *r = conn
+                .inner
+                .req_packed_commands(&req.packed, 0, req.commands)
+                .map_err(|e| {
+                    conn.broken = true;
+                    let err = InstanceError::from_redis(&self.name, &e);
+                    failure = Some(err.clone());
+                    err
+                });
         }
     }
 }
 
 /// True when the connection was found closed by the peer before any reply
 /// came: every request failed with an I/O error that is not a timeout.
-fn found_dead(results: &[Result<Value, InstanceError>]) -> bool {
+fn found_dead(results: &[Replies]) -> bool {
     !results.is_empty()
         && results
             .iter()

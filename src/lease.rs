@@ -3,13 +3,16 @@
 
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::acquire::Grant;
+use crate::instance::Sink;
 use crate::keys::Keys;
-use crate::quorum::yes_no;
-use crate::scripts::{self, EXTEND};
+use crate::quorum::{yes_no, Round};
+use crate::scripts::{self, EXTEND, RELEASE_AND_ANNOUNCE_COMMANDS};
 use crate::shared::Shared;
 use crate::{Error, FencingToken, LockOptions, LossReason};
 
@@ -154,13 +157,14 @@ impl Lease {
 /// Queues a release on every instance and marks the lease released. Once
 /// this returns, no extension can be queued any more; one queued before is
 /// served first (each instance's queue is in order), so nothing re-extends
-/// the key after its release.
+/// the key after its release. With `wait`, returns the round that counts
+/// the answers.
 pub(crate) fn send_release(
     shared: &Shared,
     lease: &Lease,
     wait: bool,
-) -> Option<crossbeam_channel::Receiver<crate::instance::Reply>> {
-    let cmd = scripts::release(&lease.keys, &lease.value);
+) -> Option<Arc<Round<(), ()>>> {
+    let cmd = scripts::release_and_announce(&lease.keys, &lease.value);
     let mut st = lease.state.lock();
     if st.released {
         return None;
@@ -170,7 +174,16 @@ pub(crate) fn send_release(
     lease.changed.notify_all();
     // Worth delivering until the key would have expired anyway.
     let deadline = Instant::now() + st.ttl;
-    shared.instances.deliver(&cmd, deadline, wait)
+    let round = wait.then(|| Round::new_for(&shared.instances, yes_no));
+    let sink = round.clone().map(|r| -> Sink { r });
+    shared.instances.deliver(
+        &cmd,
+        RELEASE_AND_ANNOUNCE_COMMANDS,
+        deadline,
+        sink.as_ref(),
+        |_| true,
+    );
+    round
 }
 
 /// Releases and reports whether a quorum confirmed it.
@@ -178,11 +191,10 @@ pub(crate) fn release(shared: &Shared, lease: &Lease) -> Result<(), Error> {
     // A lease whose validity ran out is reported lost even if its keys were
     // still there to delete: the work done under it was not protected.
     let lost_before = lease.loss();
-    let Some(rx) = send_release(shared, lease, true) else {
+    let Some(round) = send_release(shared, lease, true) else {
         return Err(lease.lost_error(LossReason::Released));
     };
-    let deadline = shared.round_deadline();
-    let tally = shared.instances.collect(&rx, deadline, yes_no("release"));
+    let tally = round.wait(shared.round_deadline());
     let quorum = shared.instances.quorum();
     if let Some(reason) = lost_before {
         return Err(lease.lost_error(reason));
@@ -207,7 +219,7 @@ pub(crate) struct PendingExtend<'a> {
     _serial: MutexGuard<'a, ()>,
     start: Instant,
     ttl: Duration,
-    rx: Receiver<crate::instance::Reply>,
+    round: Arc<Round<(), ()>>,
 }
 
 /// Sends an extension round, unless the lease is already gone. `wait`
@@ -238,16 +250,16 @@ pub(crate) fn begin_extend<'a>(
     if let Some(reason) = lease.loss_locked(&mut st, start) {
         return Err(lease.lost_error(reason));
     }
-    let rx = shared
+    let round = shared
         .instances
-        .broadcast(&cmd, start + shared.cfg.instance_timeout);
+        .round(&cmd, 1, start + shared.cfg.instance_timeout, yes_no);
     drop(st);
     Ok(Some(PendingExtend {
         lease,
         _serial: serial,
         start,
         ttl,
-        rx,
+        round,
     }))
 }
 
@@ -256,9 +268,7 @@ impl PendingExtend<'_> {
     /// measured from the start of this round, runs out.
     pub fn finish(self, shared: &Shared) -> Result<(), Error> {
         let deadline = self.start + shared.cfg.instance_timeout;
-        let tally = shared
-            .instances
-            .collect(&self.rx, deadline, yes_no("extend"));
+        let tally = self.round.wait(deadline);
         let lease = self.lease;
         let quorum = shared.instances.quorum();
         let now = Instant::now();

@@ -106,6 +106,7 @@
 mod acquire;
 mod builder;
 mod client;
+mod clock;
 mod config;
 mod connection;
 mod error;

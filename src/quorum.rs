@@ -1,22 +1,28 @@
 //! Fan-out to every instance and the quorum count of their answers.
 //!
-//! A caller queues one request per instance and then reads answers as they
-//! come, stopping as soon as the outcome is decided: a quorum agreed, or so
-//! many refused or failed that no quorum is possible. A slow or dead
-//! instance therefore never delays a decision that the others already made.
+//! A caller queues one request per instance and waits on a [`Round`]. The
+//! workers classify each instance's replies as they arrive and count them
+//! there; the caller is woken once, when the outcome is decided (a quorum
+//! agreed, or so many refused or failed that no quorum is possible), not once
+//! per reply. A slow or dead instance therefore never delays a decision that
+//! the others already made.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use crossbeam_channel::Receiver;
+use parking_lot::{Condvar, Mutex};
 use redis::Value;
 
+use crate::clock::{self, InstanceClock};
 use crate::error::{InstanceError, InstanceErrorKind};
-use crate::instance::{Instance, Reply, Request};
+use crate::instance::{Collect, Instance, Replies, Request, Sink};
 
 /// The set of instances a client locks on.
 pub(crate) struct Instances {
     list: Vec<Instance>,
+    names: Arc<[String]>,
+    clocks: Vec<Arc<InstanceClock>>,
 }
 
 /// How one instance voted.
@@ -26,10 +32,14 @@ pub(crate) enum Vote<Y, N> {
     Failed(InstanceError),
 }
 
+/// Turns one instance's replies to a request into its vote.
+pub(crate) type Classify<Y, N> = fn(&[Value]) -> Vote<Y, N>;
+
 /// The answers gathered until the outcome was decided.
 pub(crate) struct Tally<Y, N> {
-    pub yes: Vec<Y>,
-    pub no: Vec<N>,
+    /// Granting instances, with what they said.
+    pub yes: Vec<(usize, Y)>,
+    pub no: Vec<(usize, N)>,
     pub failed: Vec<InstanceError>,
 }
 
@@ -39,11 +49,22 @@ impl<Y, N> Tally<Y, N> {
             .iter()
             .any(|e| e.kind() == InstanceErrorKind::WrongType)
     }
+
+    /// True for an instance that answered "no" (it did not apply our
+    /// request, so nothing there needs undoing).
+    pub fn refused(&self, index: usize) -> bool {
+        self.no.iter().any(|(i, _)| *i == index)
+    }
 }
 
 impl Instances {
-    pub fn new(list: Vec<Instance>) -> Self {
-        Instances { list }
+    pub fn new(list: Vec<Instance>, clocks: Vec<Arc<InstanceClock>>) -> Self {
+        let names = list.iter().map(|i| i.name().to_string()).collect();
+        Instances {
+            list,
+            names,
+            clocks,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -55,104 +76,149 @@ impl Instances {
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.list.iter().map(Instance::name)
+        self.names.iter().map(String::as_str)
     }
 
-    /// Queues the command on every instance; answers arrive on the returned
-    /// channel, tagged with the instance's index.
-    pub fn broadcast(&self, packed: &Arc<[u8]>, deadline: Instant) -> Receiver<Reply> {
+    /// The seed of a missing fencing counter: the latest instance clock
+    /// reading, in microseconds (0 when no instance was reached yet).
+    pub fn clock_seed(&self) -> u64 {
+        clock::seed(self.clocks.iter().map(Arc::as_ref))
+    }
+
+    /// Queues `commands` packed commands on every instance and returns the
+    /// round that counts the answers.
+    pub fn round<Y: Send + 'static, N: Send + 'static>(
+        &self,
+        packed: &Arc<[u8]>,
+        commands: usize,
+        deadline: Instant,
+        classify: Classify<Y, N>,
+    ) -> Arc<Round<Y, N>> {
+        let round = Round::new_for(self, classify);
+        let sink: Sink = round.clone();
+        self.send(packed, commands, deadline, Some(&sink), false, |_| true);
+        round
+    }
+
+    /// Queues one command on every instance; every answer arrives on the
+    /// returned channel, tagged with the instance's index.
+    pub fn broadcast(&self, packed: &Arc<[u8]>, deadline: Instant) -> Receiver<(usize, Replies)> {
         let (tx, rx) = crossbeam_channel::bounded(self.list.len());
-        self.send_all(packed, deadline, Some(tx), false);
+        let sink: Sink = Arc::new(tx);
+        self.send(packed, 1, deadline, Some(&sink), false, |_| true);
         rx
     }
 
-    /// Queues a command that must reach every instance (a release): a
+    /// Queues a command that must reach its instances (a release): a
     /// worker that cannot deliver it keeps retrying until `deadline`, even
-    /// after the caller stopped waiting. Answers are returned if `wait`.
+    /// after the caller stopped waiting. `to` picks the instances.
     pub fn deliver(
         &self,
         packed: &Arc<[u8]>,
+        commands: usize,
         deadline: Instant,
-        wait: bool,
-    ) -> Option<Receiver<Reply>> {
-        if wait {
-            let (tx, rx) = crossbeam_channel::bounded(self.list.len());
-            self.send_all(packed, deadline, Some(tx), true);
-            Some(rx)
-        } else {
-            self.send_all(packed, deadline, None, true);
-            None
-        }
+        sink: Option<&Sink>,
+        to: impl Fn(usize) -> bool,
+    ) {
+        self.send(packed, commands, deadline, sink, true, to);
     }
 
-    fn send_all(
+    fn send(
         &self,
         packed: &Arc<[u8]>,
+        commands: usize,
         deadline: Instant,
-        reply: Option<crossbeam_channel::Sender<Reply>>,
+        sink: Option<&Sink>,
         persistent: bool,
+        to: impl Fn(usize) -> bool,
     ) {
-        for instance in &self.list {
+        for (_, instance) in self.list.iter().enumerate().filter(|(i, _)| to(*i)) {
             instance.send(Request {
                 packed: Arc::clone(packed),
+                commands,
                 deadline,
-                reply: reply.clone(),
+                sink: sink.cloned(),
                 persistent,
             });
         }
     }
+}
 
-    /// Reads answers until the outcome is decided or the deadline passes.
-    /// Instances that did not answer by then are listed as timed out.
-    pub fn collect<Y, N>(
-        &self,
-        rx: &Receiver<Reply>,
-        deadline: Instant,
-        mut classify: impl FnMut(Value) -> Vote<Y, N>,
-    ) -> Tally<Y, N> {
-        let n = self.list.len();
-        let quorum = self.quorum();
-        let mut answered = vec![false; n];
-        let mut tally = Tally {
-            yes: Vec::with_capacity(n),
-            no: Vec::new(),
-            failed: Vec::new(),
-        };
-        while tally.yes.len() < quorum && tally.no.len() + tally.failed.len() <= n - quorum {
-            let Ok((index, result)) = rx.recv_deadline(deadline) else {
-                break;
-            };
-            answered[index] = true;
-            let vote = match result {
-                Ok(Value::ServerError(e)) => {
-                    let kind = InstanceErrorKind::from_code(e.code());
-                    let detail = e
-                        .details()
-                        .map_or_else(|| e.code().to_string(), |d| format!("{} {d}", e.code()));
-                    Vote::Failed(InstanceError::new(self.list[index].name(), kind, detail))
-                }
-                Ok(value) => match classify(value) {
-                    Vote::Failed(e) => Vote::Failed(InstanceError::new(
-                        self.list[index].name(),
-                        e.kind(),
-                        e.detail(),
-                    )),
-                    vote => vote,
+/// One round of requests: the votes so far, and the caller waiting for the
+/// outcome.
+pub(crate) struct Round<Y, N> {
+    names: Arc<[String]>,
+    quorum: usize,
+    classify: Classify<Y, N>,
+    state: Mutex<Counting<Y, N>>,
+    decided: Condvar,
+}
+
+struct Counting<Y, N> {
+    tally: Tally<Y, N>,
+    answered: Vec<bool>,
+    /// The caller has taken the tally; later answers are dropped.
+    closed: bool,
+}
+
+impl<Y, N> Round<Y, N> {
+    /// A round over these instances, before anything is sent.
+    pub fn new_for(instances: &Instances, classify: Classify<Y, N>) -> Arc<Self> {
+        Arc::new(Round::new(
+            Arc::clone(&instances.names),
+            instances.quorum(),
+            classify,
+        ))
+    }
+
+    fn new(names: Arc<[String]>, quorum: usize, classify: Classify<Y, N>) -> Self {
+        let n = names.len();
+        Round {
+            quorum,
+            classify,
+            state: Mutex::new(Counting {
+                tally: Tally {
+                    yes: Vec::with_capacity(n),
+                    no: Vec::new(),
+                    failed: Vec::new(),
                 },
-                Err(e) => Vote::Failed(e),
-            };
-            match vote {
-                Vote::Yes(y) => tally.yes.push(y),
-                Vote::No(n) => tally.no.push(n),
-                Vote::Failed(e) => tally.failed.push(e),
+                answered: vec![false; n],
+                closed: false,
+            }),
+            decided: Condvar::new(),
+            names,
+        }
+    }
+
+    fn is_decided(&self, tally: &Tally<Y, N>) -> bool {
+        let n = self.names.len();
+        tally.yes.len() >= self.quorum || tally.no.len() + tally.failed.len() > n - self.quorum
+    }
+
+    /// Waits until the outcome is decided or the deadline passes, and takes
+    /// the tally. Instances that did not answer by then (and were needed)
+    /// are listed as timed out.
+    pub fn wait(&self, deadline: Instant) -> Tally<Y, N> {
+        let mut st = self.state.lock();
+        while !self.is_decided(&st.tally) {
+            if self.decided.wait_until(&mut st, deadline).timed_out() {
+                break;
             }
         }
-        let decided = tally.yes.len() >= quorum || tally.no.len() + tally.failed.len() > n - quorum;
-        if !decided {
-            for (i, done) in answered.iter().enumerate() {
+        st.closed = true;
+        let mut tally = std::mem::replace(
+            &mut st.tally,
+            Tally {
+                yes: Vec::new(),
+                no: Vec::new(),
+                failed: Vec::new(),
+            },
+        );
+        if !self.is_decided(&tally) {
+            for (i, done) in st.answered.iter().enumerate() {
                 if !done {
                     tally.failed.push(InstanceError::new(
-                        self.list[i].name(),
+                        &self.names[i],
                         InstanceErrorKind::Timeout,
                         "no answer within the per-instance timeout",
                     ));
@@ -163,20 +229,81 @@ impl Instances {
     }
 }
 
-/// A classifier's verdict on a reply it did not expect.
-pub(crate) fn unexpected<Y, N>(what: &str, value: &Value) -> Vote<Y, N> {
+impl<Y: Send, N: Send> Collect for Round<Y, N> {
+    fn deliver(&self, index: usize, replies: Replies) {
+        // Classified outside the lock: callers and other workers wait on it.
+        let vote = match replies {
+            Ok(values) => match (self.classify)(&values) {
+                Vote::Failed(e) => {
+                    Vote::Failed(InstanceError::new(&self.names[index], e.kind(), e.detail()))
+                }
+                vote => vote,
+            },
+            Err(e) => Vote::Failed(e),
+        };
+        let mut st = self.state.lock();
+        if st.closed || st.answered[index] {
+            return;
+        }
+        st.answered[index] = true;
+        let was_decided = self.is_decided(&st.tally);
+        match vote {
+            Vote::Yes(y) => st.tally.yes.push((index, y)),
+            Vote::No(n) => st.tally.no.push((index, n)),
+            Vote::Failed(e) => st.tally.failed.push(e),
+        }
+        if !was_decided && self.is_decided(&st.tally) {
+            self.decided.notify_one();
+        }
+    }
+}
+
+/// The vote of an instance that answered a command with an error reply, if
+/// any of `values` is one.
+pub(crate) fn error_reply<Y, N>(values: &[Value]) -> Option<Vote<Y, N>> {
+    values.iter().find_map(|v| match v {
+        Value::ServerError(e) => {
+            let kind = InstanceErrorKind::from_code(e.code());
+            let detail = e
+                .details()
+                .map_or_else(|| e.code().to_string(), |d| format!("{} {d}", e.code()));
+            Some(Vote::Failed(InstanceError::new("", kind, detail)))
+        }
+        _ => None,
+    })
+}
+
+/// A classifier's verdict on replies it did not expect. It names their
+/// types only: a reply may hold another client's lock value.
+pub(crate) fn unexpected<Y, N>(what: &str, values: &[Value]) -> Vote<Y, N> {
+    let kinds: Vec<&str> = values
+        .iter()
+        .map(|v| match v {
+            Value::Nil => "nil",
+            Value::Int(_) => "integer",
+            Value::BulkString(_) => "bulk string",
+            Value::SimpleString(_) => "status",
+            Value::Okay => "OK",
+            Value::Array(_) => "array",
+            _ => "other",
+        })
+        .collect();
     Vote::Failed(InstanceError::new(
         "",
         InstanceErrorKind::Protocol,
-        format!("unexpected reply to {what}: {value:?}"),
+        format!("unexpected reply to {what}: [{}]", kinds.join(", ")),
     ))
 }
 
-/// Classifies the 1/0 answers of the release, extend and raise scripts.
-pub(crate) fn yes_no(what: &'static str) -> impl FnMut(Value) -> Vote<(), ()> {
-    move |value| match value {
-        Value::Int(1) => Vote::Yes(()),
-        Value::Int(0) => Vote::No(()),
-        other => unexpected(what, &other),
+/// Classifies the 1/0 answer of the release, extend and raise scripts (the
+/// first reply of the request; a release's PUBLISH follows it).
+pub(crate) fn yes_no(values: &[Value]) -> Vote<(), ()> {
+    if let Some(vote) = error_reply(values) {
+        return vote;
+    }
+    match values.first() {
+        Some(Value::Int(1)) => Vote::Yes(()),
+        Some(Value::Int(0)) => Vote::No(()),
+        _ => unexpected("a script", values),
     }
 }

@@ -1,19 +1,15 @@
-//! The Lua scripts, hashed once and sent with EVALSHA.
+//! The Lua scripts, hashed once and sent with EVALSHA, and the packed
+//! requests built from them. The hot path uses only the release script;
+//! extension and the raise round are rarer.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use redis::Script;
 
-const ACQUIRE_SOURCE: &str = concat!(
-    include_str!("../lua/counter.lua"),
-    include_str!("../lua/acquire.lua")
-);
-const FENCE_RAISE_SOURCE: &str = concat!(
-    include_str!("../lua/counter.lua"),
-    include_str!("../lua/fence_raise.lua")
-);
+use crate::keys::Keys;
 
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
+const FENCE_RAISE_SOURCE: &str = include_str!("../lua/fence_raise.lua");
+
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/release.lua")));
 pub(crate) static EXTEND: LazyLock<Script> =
@@ -21,15 +17,18 @@ pub(crate) static EXTEND: LazyLock<Script> =
 pub(crate) static FENCE_RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_RAISE_SOURCE));
 
 /// Sources of every script a worker connection preloads.
-pub(crate) const ALL_SOURCES: [&str; 4] = [
-    ACQUIRE_SOURCE,
+pub(crate) const ALL_SOURCES: [&str; 3] = [
     include_str!("../lua/release.lua"),
     include_str!("../lua/extend.lua"),
     FENCE_RAISE_SOURCE,
 ];
 
 /// An EVALSHA command packed once, shared by every instance's worker.
-pub(crate) fn packed(script: &Script, keys: &[&str], args: &[&[u8]]) -> std::sync::Arc<[u8]> {
+pub(crate) fn packed(script: &Script, keys: &[&str], args: &[&[u8]]) -> Arc<[u8]> {
+    eval(script, keys, args).get_packed_command().into()
+}
+
+fn eval(script: &Script, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(script.get_hash()).arg(keys.len());
     for k in keys {
@@ -38,15 +37,29 @@ pub(crate) fn packed(script: &Script, keys: &[&str], args: &[&[u8]]) -> std::syn
     for a in args {
         cmd.arg(*a);
     }
-    cmd.get_packed_command().into()
+    cmd
 }
 
-/// The release of one lease: compare-and-delete its lock key, announce on
-/// its channel. Shared by guards and by failed attempts cleaning up.
-pub(crate) fn release(keys: &crate::keys::Keys, value: &str) -> std::sync::Arc<[u8]> {
-    packed(
-        &RELEASE,
-        &[&keys.lock],
-        &[value.as_bytes(), keys.channel.as_bytes()],
-    )
+/// Compare-and-delete of one lease's lock key: how a failed attempt cleans
+/// up. Nobody waits for a lock that was never granted, so nothing is
+/// announced.
+pub(crate) fn release(keys: &Keys, value: &str) -> Arc<[u8]> {
+    packed(&RELEASE, &[&keys.lock], &[value.as_bytes()])
+}
+
+/// Commands in [`release_and_announce`].
+pub(crate) const RELEASE_AND_ANNOUNCE_COMMANDS: usize = 2;
+
+/// A holder's release: compare-and-delete, then a native `PUBLISH` on the
+/// resource's release channel to wake waiters. The announcement goes out
+/// even where the key was already gone; a waiter woken for nothing tries
+/// once and waits again, which is cheaper than a `redis.call` inside the
+/// script on every release.
+pub(crate) fn release_and_announce(keys: &Keys, value: &str) -> Arc<[u8]> {
+    let mut pipe = redis::pipe();
+    pipe.add_command(eval(&RELEASE, &[&keys.lock], &[value.as_bytes()]))
+        .cmd("PUBLISH")
+        .arg(&keys.channel)
+        .arg("1");
+    pipe.get_packed_pipeline().into()
 }

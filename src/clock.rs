@@ -1,0 +1,152 @@
+//! The instances' clocks, as the client reads them: the seed of a missing
+//! fencing counter.
+//!
+//! A counter that does not exist (new resource, instance restarted without
+//! its data, idle expiry) must start above every token issued before, and
+//! only a clock survives data loss. Each worker reads its instance's `TIME`
+//! when it connects, and again every [`REFRESH`] while it has work, and
+//! carries the reading forward on the client's monotonic clock. The seed of
+//! a lock attempt is the latest of these estimates over all instances: one
+//! value, sent to every instance, so the counters a new resource gets agree
+//! and its first grant needs no raise round, and a value at least as late as
+//! any single instance's clock, so one instance whose clock lags does not
+//! pull it back.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+/// How often a busy worker reads its instance's clock again, so that a
+/// stepped instance clock or a slowly drifting monotonic clock is followed.
+pub(crate) const REFRESH: Duration = Duration::from_secs(10);
+
+/// Counters below this were created by an `INCR` that no seed reached: a
+/// request sent before any instance clock was read, or data lost between
+/// the seed and the `INCR` of one pipeline. Every clock reading in
+/// microseconds since 1970 is far above it (2^40 µs is 12.7 days).
+pub(crate) const SEED_FLOOR: u64 = 1 << 40;
+
+/// The process's reference point for monotonic microseconds.
+static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+const UNKNOWN: i64 = i64::MIN;
+
+/// One instance's clock: its `TIME` minus the client's monotonic clock, in
+/// microseconds.
+pub(crate) struct InstanceClock {
+    offset: AtomicI64,
+}
+
+impl Default for InstanceClock {
+    fn default() -> Self {
+        InstanceClock {
+            offset: AtomicI64::new(UNKNOWN),
+        }
+    }
+}
+
+impl InstanceClock {
+    /// Records a `TIME` reply to a request sent at `sent`. The reply was
+    /// produced after `sent`, so the estimate errs late, by at most the
+    /// round trip: a seed from it is never behind the instance's clock.
+    pub fn record(&self, reply: &Value, sent: Instant) -> bool {
+        let Some(micros) = time_micros(reply) else {
+            return false;
+        };
+        let offset = i64::try_from(micros).unwrap_or(i64::MAX) - monotonic_micros(sent);
+        self.offset.store(offset, Ordering::Relaxed);
+        true
+    }
+
+    /// The instance's clock now, in microseconds since 1970, if read.
+    pub fn now_micros(&self) -> Option<u64> {
+        let offset = self.offset.load(Ordering::Relaxed);
+        if offset == UNKNOWN {
+            return None;
+        }
+        u64::try_from(offset.saturating_add(monotonic_micros(Instant::now()))).ok()
+    }
+}
+
+/// The latest clock reading among `clocks`, or 0 when none was read yet (a
+/// counter created from it lands below [`SEED_FLOOR`], which the token
+/// computation recognises).
+pub(crate) fn seed<'a>(clocks: impl Iterator<Item = &'a InstanceClock>) -> u64 {
+    clocks
+        .filter_map(InstanceClock::now_micros)
+        .max()
+        .unwrap_or(0)
+}
+
+fn monotonic_micros(at: Instant) -> i64 {
+    let since = at.saturating_duration_since(*EPOCH);
+    i64::try_from(since.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// `TIME` answers `[seconds, microseconds]` as two bulk strings.
+fn time_micros(reply: &Value) -> Option<u64> {
+    let Value::Array(parts) = reply else {
+        return None;
+    };
+    let number = |v: &Value| match v {
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse::<u64>().ok(),
+        Value::Int(i) => u64::try_from(*i).ok(),
+        _ => None,
+    };
+    match parts.as_slice() {
+        [secs, micros] => number(secs)?
+            .checked_mul(1_000_000)?
+            .checked_add(number(micros)?),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn time(secs: u64, micros: u64) -> Value {
+        Value::Array(vec![
+            Value::BulkString(secs.to_string().into_bytes()),
+            Value::BulkString(micros.to_string().into_bytes()),
+        ])
+    }
+
+    #[test]
+    fn a_reading_is_carried_forward_and_never_runs_behind() {
+        let clock = InstanceClock::default();
+        assert_eq!(clock.now_micros(), None);
+        assert_eq!(seed([&clock].into_iter()), 0);
+        let sent = Instant::now();
+        assert!(clock.record(&time(1_700_000_000, 250_000), sent));
+        let first = clock.now_micros().expect("recorded");
+        assert!(first >= 1_700_000_000_250_000);
+        std::thread::sleep(Duration::from_millis(5));
+        let later = clock.now_micros().expect("recorded");
+        assert!(later >= first + 5_000, "{later} vs {first}");
+        assert!(later > SEED_FLOOR);
+    }
+
+    #[test]
+    fn the_seed_is_the_latest_clock() {
+        let (slow, fast) = (InstanceClock::default(), InstanceClock::default());
+        let sent = Instant::now();
+        slow.record(&time(1_000_000, 0), sent);
+        fast.record(&time(2_000_000, 0), sent);
+        let s = seed([&slow, &fast, &InstanceClock::default()].into_iter());
+        assert!((2_000_000_000_000..2_000_001_000_000).contains(&s), "{s}");
+    }
+
+    #[test]
+    fn malformed_replies_are_not_recorded() {
+        let clock = InstanceClock::default();
+        assert!(!clock.record(&Value::Nil, Instant::now()));
+        assert!(!clock.record(
+            &Value::Array(vec![Value::BulkString(b"x".to_vec())]),
+            Instant::now()
+        ));
+        assert_eq!(clock.now_micros(), None);
+    }
+}
