@@ -42,7 +42,9 @@ fn create_schema(db: &mut Client) {
                                 fence bigint NOT NULL DEFAULT 0);
          CREATE TABLE writes (seq bigserial PRIMARY KEY, counter text NOT NULL, \
                               token bigint NOT NULL, value bigint NOT NULL);
-         INSERT INTO counters (id, value) VALUES ('table-fenced', 0), ('row-fenced', 0);",
+         CREATE TABLE holders (counter text PRIMARY KEY, token bigint NOT NULL);
+         INSERT INTO counters (id, value) VALUES ('table-fenced', 0), ('row-fenced', 0);
+         INSERT INTO holders VALUES ('table-fenced', 0), ('row-fenced', 0);",
     )
     .unwrap();
 }
@@ -277,6 +279,9 @@ struct Attempt {
     counter: String,
     token: i64,
     accepted: bool,
+    /// A newer holder had the lock while this one was still inside its
+    /// transaction.
+    overlapped: bool,
 }
 
 /// Where a worker pauses in a round, if at all.
@@ -287,7 +292,8 @@ enum Pause {
     /// gone and (bounded) another holder has written: its write is stale.
     BeforeClaim,
     /// Inside the transaction, after the claim and the read, until its
-    /// lease is gone: the next holder gets the lock meanwhile and must wait
+    /// lease is gone and (bounded) a newer holder has the lock: two holders
+    /// are inside the critical section at once, and the newer one must wait
     /// at its claim.
     AfterClaim,
 }
@@ -316,6 +322,7 @@ fn run_workers(urls: &[String], db_url: &str, threads: u64, seed: u64) -> Vec<At
             let (locks, attempts) = (&locks, &attempts);
             s.spawn(move || {
                 let mut db = connect(db_url);
+                let mut monitor = connect(db_url);
                 let worker_seed = seed * 100 + t;
                 for round in 0..ROUNDS {
                     let counter = if (worker_seed + round) % 2 == 0 {
@@ -325,11 +332,14 @@ fn run_workers(urls: &[String], db_url: &str, threads: u64, seed: u64) -> Vec<At
                     };
                     let guard = locks.lock_with(counter, short_lease()).unwrap();
                     let pause = pause_for(worker_seed, round);
-                    let accepted = fenced_increment(&mut db, counter, &guard, pause);
+                    announce(&mut db, counter, &guard);
+                    let (accepted, overlapped) =
+                        fenced_increment(&mut db, &mut monitor, counter, &guard, pause);
                     attempts.lock().unwrap().push(Attempt {
                         counter: counter.to_string(),
                         token: sql_token(&guard),
                         accepted,
+                        overlapped,
                     });
                     // A lease that ran out makes the release a no-op.
                     let _ = guard.release();
@@ -340,9 +350,37 @@ fn run_workers(urls: &[String], db_url: &str, threads: u64, seed: u64) -> Vec<At
     attempts.into_inner().unwrap()
 }
 
-/// A careless holder: it never checks its lease, so only the database
-/// stands between a stale holder and the counter.
-fn fenced_increment(db: &mut Client, counter: &str, guard: &LockGuard, pause: Pause) -> bool {
+/// Tells the other workers, outside the fencing, that a holder with this
+/// token has the lock: a paused holder waits for that to overlap with it.
+fn announce(db: &mut Client, counter: &str, guard: &LockGuard) {
+    db.execute(
+        "UPDATE holders SET token = greatest(token, $2) WHERE counter = $1",
+        &[&counter, &sql_token(guard)],
+    )
+    .unwrap();
+}
+
+fn newest_holder(db: &mut Client, counter: &str) -> i64 {
+    db.query_one("SELECT token FROM holders WHERE counter = $1", &[&counter])
+        .unwrap()
+        .get(0)
+}
+
+/// Between the read and the write of every increment: long enough that a
+/// paused holder resuming during it would write in between, were the read
+/// not fenced.
+const DWELL: Duration = Duration::from_millis(20);
+
+/// One read-modify-write increment: `(accepted, overlapped)`. A careless
+/// holder: it never checks its lease, so only the database stands between
+/// a stale holder and the counter.
+fn fenced_increment(
+    db: &mut Client,
+    monitor: &mut Client,
+    counter: &str,
+    guard: &LockGuard,
+    pause: Pause,
+) -> (bool, bool) {
     let token = sql_token(guard);
     if pause == Pause::BeforeClaim {
         outlive_lease(guard);
@@ -352,10 +390,14 @@ fn fenced_increment(db: &mut Client, counter: &str, guard: &LockGuard, pause: Pa
     }
     let mut tx = db.transaction().unwrap();
     let Some(value) = claim(&mut tx, counter, token) else {
-        return false;
+        return (false, false);
     };
+    let mut overlapped = false;
     if pause == Pause::AfterClaim {
         outlive_lease(guard);
+        overlapped = eventually(PAUSE_DEADLINE, || newest_holder(monitor, counter) > token);
+    } else {
+        std::thread::sleep(DWELL);
     }
     tx.execute(
         "UPDATE counters SET value = $2 WHERE id = $1",
@@ -368,7 +410,7 @@ fn fenced_increment(db: &mut Client, counter: &str, guard: &LockGuard, pause: Pa
     )
     .unwrap();
     tx.commit().unwrap();
-    true
+    (true, overlapped)
 }
 
 fn outlive_lease(guard: &LockGuard) {
@@ -395,8 +437,8 @@ fn child_incrementer() {
     let seed: u64 = std::env::var(CHILD_SEED).unwrap().parse().unwrap();
     for a in run_workers(&urls, &db_url, THREADS_PER_CHILD, seed) {
         report(&format!(
-            "counter={} token={} accepted={}",
-            a.counter, a.token, a.accepted
+            "counter={} token={} accepted={} overlapped={}",
+            a.counter, a.token, a.accepted, a.overlapped
         ));
     }
     report("done");
@@ -408,6 +450,7 @@ fn parse_attempt(line: &str) -> Attempt {
         counter: field("counter"),
         token: field("token").parse().unwrap(),
         accepted: field("accepted").parse().unwrap(),
+        overlapped: field("overlapped").parse().unwrap(),
     }
 }
 
@@ -474,8 +517,10 @@ fn threads_and_processes_lose_no_update() {
             .iter()
             .map(|r| (r.get(0), r.get(1)))
             .collect();
+        let overlaps = mine.iter().filter(|a| a.overlapped).count();
         eprintln!(
-            "{counter}: {} attempts, {} accepted, {} refused as stale",
+            "{counter}: {} attempts, {} accepted, {} refused as stale, \
+             {overlaps} holder(s) overlapped by a newer one inside their transaction",
             mine.len(),
             accepted.len(),
             refused.len()
@@ -508,6 +553,7 @@ fn threads_and_processes_lose_no_update() {
         // The pauses must have produced stale writes, or this test proves
         // nothing about refusing them.
         assert!(!refused.is_empty(), "{counter}: no stale write happened");
+        assert!(overlaps > 0, "{counter}: no two holders overlapped");
     }
     eprintln!("took {:?}", started.elapsed());
 }
