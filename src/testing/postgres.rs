@@ -210,9 +210,21 @@ fn has_server(dir: &Path) -> bool {
 }
 
 fn find_bindir() -> io::Result<PathBuf> {
+    find_bindir_in(
+        "pg_config",
+        Path::new("/usr/lib/postgresql"),
+        std::env::var_os("PATH"),
+    )
+}
+
+fn find_bindir_in(
+    pg_config: &str,
+    debian_root: &Path,
+    path: Option<std::ffi::OsString>,
+) -> io::Result<PathBuf> {
     // pg_config may come from libpq-dev alone, so its answer must hold the
     // server binaries to count.
-    if let Ok(out) = Command::new("pg_config")
+    if let Ok(out) = Command::new(pg_config)
         .arg("--bindir")
         .stderr(Stdio::null())
         .output()
@@ -222,7 +234,7 @@ fn find_bindir() -> io::Result<PathBuf> {
             return Ok(dir);
         }
     }
-    let mut versions: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
+    let mut versions: Vec<(u32, PathBuf)> = fs::read_dir(debian_root)
         .into_iter()
         .flatten()
         .flatten()
@@ -236,8 +248,7 @@ fn find_bindir() -> io::Result<PathBuf> {
     if let Some((_, bin)) = versions.pop() {
         return Ok(bin);
     }
-    std::env::var_os("PATH")
-        .iter()
+    path.iter()
         .flat_map(std::env::split_paths)
         .find(|dir| has_server(dir))
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, NOT_FOUND))
@@ -440,6 +451,53 @@ mod tests {
         drop(server);
         assert!(!process_exists(pid));
         assert!(!dir.exists());
+    }
+
+    #[test]
+    fn a_panicking_test_still_stops_and_removes_its_server() {
+        let started = std::sync::Mutex::new(None);
+        let result = std::panic::catch_unwind(|| {
+            let server = PostgresServer::start();
+            *started.lock().unwrap() = Some((server.pid().unwrap(), server.dir.clone()));
+            panic!("the test fails while its server runs");
+        });
+        assert!(result.is_err());
+        let (pid, dir) = started.into_inner().unwrap().unwrap();
+        assert!(!process_exists(pid));
+        assert!(!dir.exists());
+    }
+
+    #[test]
+    fn missing_binaries_say_how_to_install_them() {
+        let empty = make_temp_dir("redfence-pg-test").unwrap();
+        let err = find_bindir_in(
+            "redfence-no-such-pg_config",
+            &empty,
+            Some(empty.clone().into_os_string()),
+        )
+        .unwrap_err();
+        fs::remove_dir_all(&empty).unwrap();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        let msg = err.to_string();
+        assert!(msg.contains("bash .ci/setup"), "{msg}");
+        assert!(msg.contains("apt-get install -y postgresql"), "{msg}");
+    }
+
+    #[test]
+    fn debian_layout_is_found_off_path_newest_version_first() {
+        let root = make_temp_dir("redfence-pg-test").unwrap();
+        for version in ["9", "13", "16"] {
+            let bin = root.join(version).join("bin");
+            fs::create_dir_all(&bin).unwrap();
+            fs::write(bin.join("initdb"), "").unwrap();
+            if version != "16" {
+                fs::write(bin.join("postgres"), "").unwrap();
+            }
+        }
+        let found = find_bindir_in("redfence-no-such-pg_config", &root, None);
+        let expected = root.join("13").join("bin");
+        fs::remove_dir_all(&root).unwrap();
+        assert_eq!(found.unwrap(), expected);
     }
 
     #[test]
