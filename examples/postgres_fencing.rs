@@ -90,7 +90,7 @@ fn run() -> Result<bool, BoxError> {
         .ttl(Duration::from_millis(300))
         .auto_extend(false);
 
-    let first = a.lock_with(ACCOUNT, lease.clone())?;
+    let first = a.lock_with(ACCOUNT, lease)?;
     println!(
         "A holds {ACCOUNT} with token {}, lease valid for {:?}",
         first.token(),
@@ -109,7 +109,7 @@ fn run() -> Result<bool, BoxError> {
         // A stays paused until B is done: B waits for A's lease to run
         // out, takes the lock and writes.
         s.spawn(|| -> Result<_, BoxError> {
-            let second = b.lock_with(ACCOUNT, lease.clone().wait(Duration::from_secs(10)))?;
+            let second = b.lock_with(ACCOUNT, lease.wait(Duration::from_secs(10)))?;
             let mut db = Client::connect(&url, NoTls)?;
             let written = fenced_add(&mut db, &second, -50)?;
             println!(
