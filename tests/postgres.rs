@@ -310,6 +310,9 @@ const THREADS_HERE: u64 = 4;
 const THREADS_PER_CHILD: u64 = 2;
 const ROUNDS: u64 = 8;
 const PAUSE_DEADLINE: Duration = Duration::from_secs(5);
+/// How long a paused holder waits for a newer one to show up: most rounds
+/// have one within a lease; only the last rounds of a run wait in vain.
+const OVERTAKE_DEADLINE: Duration = Duration::from_secs(2);
 
 /// `threads` workers of one client, each doing `ROUNDS` fenced
 /// read-modify-write increments, alternating between the two counters,
@@ -386,7 +389,7 @@ fn fenced_increment(
         outlive_lease(guard);
         // Another holder usually takes the lock and writes meanwhile; when
         // none does, the late write is not stale and goes through.
-        eventually(PAUSE_DEADLINE, || stored_fence(db, counter) > token);
+        eventually(OVERTAKE_DEADLINE, || stored_fence(db, counter) > token);
     }
     let mut tx = db.transaction().unwrap();
     let Some(value) = claim(&mut tx, counter, token) else {
@@ -395,7 +398,9 @@ fn fenced_increment(
     let mut overlapped = false;
     if pause == Pause::AfterClaim {
         outlive_lease(guard);
-        overlapped = eventually(PAUSE_DEADLINE, || newest_holder(monitor, counter) > token);
+        overlapped = eventually(OVERTAKE_DEADLINE, || {
+            newest_holder(monitor, counter) > token
+        });
     } else {
         std::thread::sleep(DWELL);
     }
