@@ -302,17 +302,22 @@ fn initdb(bindir: &Path, dir: &Path, user: Option<&OsUser>) -> io::Result<()> {
         .stdout(log.try_clone()?)
         .stderr(log)
         .spawn()
-        .map_err(|e| spawn_error("initdb", e))?;
+        .map_err(|e| spawn_error("initdb", e, dir, user))?;
     let deadline = Instant::now() + INITDB_DEADLINE;
     loop {
         if let Some(status) = child.try_wait()? {
             if status.success() {
                 return Ok(());
             }
+            let log = log_tail(&log_path, LOG_LINES_IN_ERRORS);
+            let hint = if log.contains("Permission denied") {
+                reach_hint(dir, user)
+            } else {
+                String::new()
+            };
             return Err(io::Error::other(format!(
-                "initdb exited with {status}\n--- {} ---\n{}",
+                "initdb exited with {status}{hint}\n--- {} ---\n{log}",
                 log_path.display(),
-                log_tail(&log_path, LOG_LINES_IN_ERRORS)
             )));
         }
         if Instant::now() >= deadline {
@@ -329,10 +334,28 @@ fn initdb(bindir: &Path, dir: &Path, user: Option<&OsUser>) -> io::Result<()> {
     }
 }
 
-fn spawn_error(what: &str, e: io::Error) -> io::Error {
+fn spawn_error(what: &str, e: io::Error, dir: &Path, user: Option<&OsUser>) -> io::Error {
     match e.kind() {
         io::ErrorKind::NotFound => io::Error::new(io::ErrorKind::NotFound, NOT_FOUND),
+        io::ErrorKind::PermissionDenied => io::Error::new(
+            e.kind(),
+            format!("could not run {what}: {e}{}", reach_hint(dir, user)),
+        ),
         _ => io::Error::new(e.kind(), format!("could not run {what}: {e}")),
+    }
+}
+
+/// Why an unprivileged server user may be denied its own directory: a
+/// TMPDIR under a private home, say.
+fn reach_hint(dir: &Path, user: Option<&OsUser>) -> String {
+    match user {
+        Some(user) => format!(
+            " (the server runs as `{}`, which must be able to reach {}: point TMPDIR at a \
+             directory every user can traverse, such as /tmp)",
+            user.name,
+            dir.display()
+        ),
+        None => String::new(),
     }
 }
 
@@ -357,7 +380,7 @@ fn spawn_ready(bindir: &Path, dir: &Path, user: Option<&OsUser>, port: u16) -> i
         .stdout(log.try_clone()?)
         .stderr(log)
         .spawn()
-        .map_err(|e| spawn_error("postgres", e))?;
+        .map_err(|e| spawn_error("postgres", e, dir, user))?;
     let pid_file = dir.join("data").join("postmaster.pid");
     let deadline = Instant::now() + READY_DEADLINE;
     loop {
