@@ -2,12 +2,15 @@
 //!
 //! A fenced store remembers the highest token that wrote to each key and
 //! refuses writes that carry a lower one, in one atomic step. For SQL the
-//! same check is a conditional update:
+//! same check is a conditional update in the writing transaction:
 //!
 //! ```sql
 //! UPDATE invoices SET body = $1, fence = $2
 //!  WHERE id = $3 AND fence <= $2;   -- 0 rows: a newer holder wrote first
 //! ```
+//!
+//! See [`crate::sql`] for the forms that stay correct under concurrent
+//! transactions, including read-modify-write.
 
 use std::sync::LazyLock;
 

@@ -98,8 +98,8 @@
 //! A lease can end while its holder still works (a pause longer than the
 //! validity, a majority of instances lost). Check
 //! [`LockGuard::ensure_held`] before each protected write and send
-//! [`LockGuard::token`] with it, to a store that refuses lower tokens (see
-//! [`fenced_set`]).
+//! [`LockGuard::token`] with it, to a store that refuses lower tokens: see
+//! [`fenced_set`] for a Redis store and [`sql`] for PostgreSQL.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -121,6 +121,7 @@ mod quorum;
 mod retry;
 mod scripts;
 mod shared;
+pub mod sql;
 mod token;
 mod watchdog;
 

@@ -19,10 +19,16 @@
 //! - [`FencedStore`]: an in-memory downstream store that refuses stale
 //!   fencing tokens and logs every accepted write, to check what a lock
 //!   actually protected.
+//! - [`PostgresServer`]: a real PostgreSQL server (`initdb` into a temporary
+//!   directory, started on a free loopback port, deleted on drop), to test
+//!   fenced writes to the SQL storage a lock usually protects. The harness
+//!   only starts it; talk to it with any client through
+//!   [`PostgresServer::url`].
 //!
 //! `redis-server` must be on `PATH` (on Debian or Ubuntu: `sudo apt-get
-//! install -y redis-server`). Ports are picked at run time, so tests can run
-//! in parallel.
+//! install -y redis-server`), and for [`PostgresServer`] the PostgreSQL
+//! server (`sudo apt-get install -y postgresql`). Ports are picked at run
+//! time, so tests can run in parallel.
 //!
 //! # In your own test suite
 //!
@@ -49,10 +55,12 @@
 
 mod cluster;
 mod fenced_store;
+mod postgres;
 mod proxy;
 mod server;
 
 pub use cluster::RedisCluster;
 pub use fenced_store::{AcceptedWrite, FencedStore, StaleToken};
+pub use postgres::PostgresServer;
 pub use proxy::{Fault, FaultProxy};
 pub use server::{RedisServer, ServerOptions};

@@ -99,7 +99,7 @@ impl RedisServer {
     /// `PATH`, or with an error quoting the server log if it does not come
     /// up within 10 s.
     pub fn try_start_with(options: ServerOptions) -> io::Result<RedisServer> {
-        let dir = make_temp_dir()?;
+        let dir = make_temp_dir("redfence-redis")?;
         let mut last_error = None;
         for _ in 0..START_ATTEMPTS {
             let port = match free_port() {
@@ -420,11 +420,12 @@ impl Drop for RedisServer {
     }
 }
 
-fn make_temp_dir() -> io::Result<PathBuf> {
+/// A fresh directory `<tmp>/<prefix>-<pid>-<n>` for one server.
+pub(super) fn make_temp_dir(prefix: &str) -> io::Result<PathBuf> {
     let n = NEXT_DIR.fetch_add(1, Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("redfence-redis-{}-{n}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}-{n}", std::process::id()));
     // A directory of the same name can only be a leftover of an earlier run
-    // whose pid was reused; its AOF must not leak into this server.
+    // whose pid was reused; its data must not leak into this server.
     if dir.exists() {
         fs::remove_dir_all(&dir)?;
     }
@@ -438,7 +439,7 @@ fn make_temp_dir() -> io::Result<PathBuf> {
 /// likely still free when it restarts.
 const PORT_RANGE: std::ops::Range<u16> = 20_000..32_000;
 
-fn free_port() -> io::Result<u16> {
+pub(super) fn free_port() -> io::Result<u16> {
     let span = u128::from(PORT_RANGE.end - PORT_RANGE.start);
     for _ in 0..64 {
         let offset = (uuid::Uuid::new_v4().as_u128() % span) as u16;
@@ -571,7 +572,7 @@ fn log_tail(dir: &Path, lines: usize) -> String {
     }
 }
 
-fn signal(pid: u32, sig: &str) -> io::Result<()> {
+pub(super) fn signal(pid: u32, sig: &str) -> io::Result<()> {
     let status = Command::new("kill")
         .arg(sig)
         .arg(pid.to_string())
@@ -586,7 +587,7 @@ fn signal(pid: u32, sig: &str) -> io::Result<()> {
     }
 }
 
-fn kill_and_reap(child: &mut Child) -> io::Result<()> {
+pub(super) fn kill_and_reap(child: &mut Child) -> io::Result<()> {
     // Fails only if the process already exited, which the wait below covers.
     let _ = child.kill();
     let deadline = Instant::now() + REAP_DEADLINE;
