@@ -1,9 +1,15 @@
--- Extend a lock only if it still holds our value (compare-and-pexpire).
--- KEYS[1] lock key; ARGV[1] lock value, ARGV[2] new ttl in ms
--- Returns 1 when extended, 0 otherwise. Never creates or deletes the key:
--- an expired lease stays expired.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
+-- Extend locks only if every one still holds our value (compare-and-pexpire).
+-- KEYS lock keys (one, or the members of a set); ARGV[1] lock value,
+-- ARGV[2] new ttl in ms
+-- Returns 1 when extended, 0 otherwise. Never creates or deletes a key, and
+-- touches none unless all are ours: an expired lease stays expired, and a
+-- set that lost a member here is not kept alive here.
+for _, key in ipairs(KEYS) do
+  if redis.call('GET', key) ~= ARGV[1] then
+    return 0
+  end
 end
-return 0
+for _, key in ipairs(KEYS) do
+  redis.call('PEXPIRE', key, ARGV[2])
+end
+return 1

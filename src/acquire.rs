@@ -16,6 +16,11 @@
 //! counts as the current clock reading plus its value, and the raise round
 //! lifts it. `tests/model_fencing.rs` checks that tokens still strictly
 //! increase, and that they do not without that rule.
+//!
+//! A set of resources (`lock_all`) needs all its locks set or none on each
+//! instance, which takes a script: `lua/acquire_all.lua` does the same per
+//! member, atomically, after checking every key. Everything after the vote
+//! (tokens per member, raise rounds, validity, clean-up) is shared.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,9 +28,9 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use crate::clock::SEED_FLOOR;
-use crate::keys::Keys;
-use crate::quorum::{error_reply, unexpected, yes_no, Vote};
-use crate::scripts::{self, FENCE_RAISE};
+use crate::keys::{Keys, Target};
+use crate::quorum::{all_yes, error_reply, unexpected, Vote};
+use crate::scripts::{self, ACQUIRE_ALL, FENCE_RAISE};
 use crate::shared::Shared;
 use crate::{Error, FencingToken};
 
@@ -35,7 +40,8 @@ const ACQUIRE_COMMANDS: usize = 4;
 /// A granted lock, before it becomes a guard.
 pub(crate) struct Grant {
     pub value: String,
-    pub token: FencingToken,
+    /// One per member, in the target's order.
+    pub tokens: Vec<FencingToken>,
     pub valid_until: Instant,
 }
 
@@ -52,98 +58,86 @@ impl From<Error> for Failure {
     }
 }
 
-pub(crate) fn attempt(
-    shared: &Shared,
-    resource: &str,
-    keys: &Keys,
-    ttl: Duration,
-) -> Result<Grant, Failure> {
+pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result<Grant, Failure> {
     let cfg = &shared.cfg;
     let instances = &shared.instances;
     let value = uuid::Uuid::new_v4().simple().to_string();
     let seed = instances.clock_seed();
     let start = Instant::now();
     let deadline = start + cfg.instance_timeout;
-    let cmd = pack_acquire(keys, &value, ttl, cfg.fence_idle, seed);
-    let tally = instances
-        .round(&cmd, ACQUIRE_COMMANDS, deadline, classify_acquire)
-        .wait(deadline);
+    let round = if target.is_set() {
+        let cmd = pack_acquire_all(target, &value, ttl, cfg.fence_idle, seed);
+        instances.round(&cmd, 1, deadline, classify_acquire_all)
+    } else {
+        let cmd = pack_acquire(&target.members[0].keys, &value, ttl, cfg.fence_idle, seed);
+        instances.round(&cmd, ACQUIRE_COMMANDS, deadline, classify_acquire)
+    };
+    let tally = round.wait(deadline);
 
     // Sent to every instance that did not refuse, answered or not: a grant
     // whose reply was lost must not linger. Useless once the lease would
     // have expired anyway.
     let release_all = |refused: &dyn Fn(usize) -> bool| {
-        let cmd = scripts::release(keys, &value);
+        let cmd = scripts::release(target, &value);
         instances.deliver(&cmd, 1, start + ttl, None, |i| !refused(i));
+    };
+    let unavailable = |granted: usize, errors| Error::Unavailable {
+        resource: target.name.clone(),
+        quorum: instances.quorum(),
+        granted,
+        errors,
     };
 
     let quorum = instances.quorum();
     if tally.yes.len() < quorum {
         release_all(&|i| tally.refused(i));
+        let granted = tally.yes.len();
         let error = if tally.has_wrong_type() {
             Error::WrongType {
-                resource: resource.to_string(),
+                resource: target.name.clone(),
                 errors: tally.failed,
             }
         } else if tally.failed.len() > instances.len() - quorum {
-            Error::Unavailable {
-                resource: resource.to_string(),
-                quorum,
-                granted: tally.yes.len(),
-                errors: tally.failed,
-            }
+            unavailable(granted, tally.failed)
         } else {
             Error::Contended {
-                resource: resource.to_string(),
+                resource: target.name.clone(),
                 attempts: 1,
             }
         };
-        return Err(Failure {
-            error,
-            granted: tally.yes.len(),
-        });
+        return Err(Failure { error, granted });
     }
 
-    // Every instance that answered was read its clock when it connected, so
-    // this is never 0 here; a counter no seed reached counts from it.
+    // Every instance that answered had its clock read when it connected, so
+    // this is not 0 here; a counter no seed reached counts from it.
     let now = instances.clock_seed().max(seed);
     let effective = |c: u64| if c < SEED_FLOOR { now + c } else { c };
-    let token = tally
-        .yes
-        .iter()
-        .map(|(_, c)| effective(*c))
-        .max()
-        .unwrap_or(0);
-    if token < SEED_FLOOR {
-        release_all(&|_| false);
-        return Err(Failure::from(Error::Unavailable {
-            resource: resource.to_string(),
-            quorum,
-            granted: 0,
-            errors: Vec::new(),
-        }));
+    let mut tokens = Vec::with_capacity(target.members.len());
+    let mut lagging = Vec::new();
+    for (m, member) in target.members.iter().enumerate() {
+        let counters = tally.yes.iter().filter_map(|(_, c)| c.get(m).copied());
+        let token = counters.clone().map(effective).max().unwrap_or(0);
+        if token < SEED_FLOOR {
+            release_all(&|_| false);
+            return Err(Failure::from(unavailable(0, Vec::new())));
+        }
+        if counters.clone().count() != tally.yes.len() || counters.into_iter().any(|c| c != token) {
+            lagging.push((&member.keys, token));
+        }
+        tokens.push(FencingToken::new(token));
     }
-    if tally.yes.iter().any(|(_, c)| *c != token) {
-        // The granting counters disagree: make a quorum hold at least this
-        // token before handing it out, so the next grant's quorum, which
-        // overlaps this one, counts above it.
-        let token_arg = token.to_string();
-        let idle_ms = cfg.fence_idle.as_millis().to_string();
-        let cmd = scripts::packed(
-            &FENCE_RAISE,
-            &[&keys.lock, &keys.fence],
-            &[value.as_bytes(), token_arg.as_bytes(), idle_ms.as_bytes()],
-        );
+    if !lagging.is_empty() {
+        // The granting counters of these members disagree: make a quorum
+        // hold at least each token before handing it out, so the next
+        // grant's quorum, which overlaps this one, counts above it.
+        let cmd = pack_raise(&lagging, &value, cfg.fence_idle);
         let deadline = shared.round_deadline();
-        let raised = instances.round(&cmd, 1, deadline, yes_no).wait(deadline);
+        let raised = instances
+            .round(&cmd, lagging.len(), deadline, all_yes)
+            .wait(deadline);
         if raised.yes.len() < quorum {
             release_all(&|_| false);
-            return Err(Failure::from(Error::Unavailable {
-                resource: resource.to_string(),
-                quorum,
-                granted: raised.yes.len(),
-                errors: raised.failed,
-            }));
+            return Err(Failure::from(unavailable(raised.yes.len(), raised.failed)));
         }
     }
 
@@ -153,18 +147,63 @@ pub(crate) fn attempt(
     match valid_until {
         Some(valid_until) if Instant::now() < valid_until => Ok(Grant {
             value,
-            token: FencingToken::new(token),
+            tokens,
             valid_until,
         }),
         _ => {
             release_all(&|_| false);
             Err(Failure::from(Error::NoValidity {
-                resource: resource.to_string(),
+                resource: target.name.clone(),
                 elapsed: start.elapsed(),
                 ttl,
             }))
         }
     }
+}
+
+/// One raise script per lagging member, in one request.
+fn pack_raise(lagging: &[(&Keys, u64)], value: &str, idle: Duration) -> Arc<[u8]> {
+    let idle_ms = idle.as_millis().to_string();
+    let mut bytes = Vec::new();
+    for (keys, token) in lagging {
+        let token = token.to_string();
+        bytes.extend_from_slice(&scripts::packed(
+            &FENCE_RAISE,
+            &[&keys.lock, &keys.fence],
+            &[value.as_bytes(), token.as_bytes(), idle_ms.as_bytes()],
+        ));
+    }
+    bytes.into()
+}
+
+/// The acquire script of a set: lock and fence keys in pairs.
+fn pack_acquire_all(
+    target: &Target,
+    value: &str,
+    ttl: Duration,
+    idle: Duration,
+    seed: u64,
+) -> Arc<[u8]> {
+    let keys: Vec<&str> = target
+        .members
+        .iter()
+        .flat_map(|m| [m.keys.lock.as_str(), m.keys.fence.as_str()])
+        .collect();
+    let (ttl_ms, idle_ms, seed) = (
+        ttl.as_millis().to_string(),
+        idle.as_millis().to_string(),
+        seed.to_string(),
+    );
+    scripts::packed(
+        &ACQUIRE_ALL,
+        &keys,
+        &[
+            value.as_bytes(),
+            ttl_ms.as_bytes(),
+            idle_ms.as_bytes(),
+            seed.as_bytes(),
+        ],
+    )
 }
 
 /// The four commands of an acquire request, packed once for all instances.
@@ -194,7 +233,7 @@ fn pack_acquire(keys: &Keys, value: &str, ttl: Duration, idle: Duration, seed: u
 }
 
 /// Granted with the instance's counter, or refused (held elsewhere).
-fn classify_acquire(values: &[Value]) -> Vote<u64, ()> {
+fn classify_acquire(values: &[Value]) -> Vote<Vec<u64>, ()> {
     let [seeded, lock, counter, expiry] = values else {
         return unexpected("acquire", values);
     };
@@ -220,9 +259,35 @@ fn classify_acquire(values: &[Value]) -> Vote<u64, ()> {
     }
     let _ = (seeded, expiry);
     match counter {
-        Value::Int(c) if *c > 0 => Vote::Yes(*c as u64),
+        Value::Int(c) if *c > 0 => Vote::Yes(vec![*c as u64]),
         _ => unexpected("acquire", values),
     }
+}
+
+/// `{1, counter...}` is a grant of the whole set, `{0}` a refusal.
+fn classify_acquire_all(values: &[Value]) -> Vote<Vec<u64>, ()> {
+    if let Some(vote) = error_reply(values) {
+        return vote;
+    }
+    if let [Value::Array(items)] = values {
+        match items.split_first() {
+            Some((Value::Int(0), [])) => return Vote::No(()),
+            Some((Value::Int(1), counters)) => {
+                let counters: Option<Vec<u64>> = counters
+                    .iter()
+                    .map(|c| match c {
+                        Value::Int(c) if *c > 0 => Some(*c as u64),
+                        _ => None,
+                    })
+                    .collect();
+                if let Some(counters) = counters {
+                    return Vote::Yes(counters);
+                }
+            }
+            _ => {}
+        }
+    }
+    unexpected("acquire_all", values)
 }
 
 #[cfg(test)]
@@ -233,7 +298,7 @@ mod tests {
     fn replies_classify_as_votes() {
         let ok = || Value::Okay;
         let granted = [ok(), Value::Nil, Value::Int(7), Value::Int(1)];
-        assert!(matches!(classify_acquire(&granted), Vote::Yes(7)));
+        assert!(matches!(classify_acquire(&granted), Vote::Yes(c) if c == [7]));
         let held = [
             Value::Nil,
             Value::BulkString(b"secret".to_vec()),

@@ -7,8 +7,8 @@ use redis::Value;
 
 use crate::acquire;
 use crate::error::InstanceError;
-use crate::guard::{KeepAlive, LockGuard};
-use crate::keys::{validate_resource, Keys};
+use crate::guard::{KeepAlive, LockGuard, MultiGuard};
+use crate::keys::Target;
 use crate::lease::Lease;
 use crate::notify::{Notifier, Watch};
 use crate::retry;
@@ -99,19 +99,77 @@ impl Redlock {
     /// unavailable it pauses a random time instead. It starts no attempt that
     /// could not end within `options.wait`.
     pub fn lock_with(&self, resource: &str, options: LockOptions) -> Result<LockGuard, Error> {
-        validate_resource(resource)?;
+        let target = Target::one(&self.shared().cfg.prefix, resource)?;
+        let lease = self.acquire(target, options)?;
+        Ok(LockGuard::new(
+            Arc::clone(&self.inner.shared),
+            lease,
+            self.keep_alive(),
+        ))
+    }
+
+    /// Locks every resource in `resources` together, all or nothing,
+    /// waiting like [`lock`](Self::lock). One lease covers the set; each
+    /// member gets its own fencing token.
+    ///
+    /// No call ever holds part of a set, so sets that overlap cannot
+    /// deadlock: a call that finds any member held elsewhere holds nothing
+    /// and waits for a release of any member it wants. Fails with
+    /// [`Error::InvalidResource`] for an empty list, a name listed twice, an
+    /// invalid name, or more than [`MAX_RESOURCES`](crate::MAX_RESOURCES)
+    /// names.
+    ///
+    /// Each resource keeps its own keys (and hash tag), so this needs
+    /// independent masters: a Redis Cluster node would refuse the
+    /// cross-slot script.
+    pub fn lock_all(&self, resources: &[&str]) -> Result<MultiGuard, Error> {
+        self.lock_all_with(resources, self.shared().cfg.defaults)
+    }
+
+    /// Makes exactly one attempt to lock every resource in `resources`
+    /// together. Fails with [`Error::Contended`] if any is held elsewhere.
+    pub fn try_lock_all(&self, resources: &[&str]) -> Result<MultiGuard, Error> {
+        self.lock_all_with(resources, self.shared().cfg.defaults.wait(Duration::ZERO))
+    }
+
+    /// [`lock_all`](Self::lock_all) with these options.
+    pub fn lock_all_with(
+        &self,
+        resources: &[&str],
+        options: LockOptions,
+    ) -> Result<MultiGuard, Error> {
+        let target = Target::all(&self.shared().cfg.prefix, resources)?;
+        let lease = self.acquire(target, options)?;
+        Ok(MultiGuard::new(
+            Arc::clone(&self.inner.shared),
+            lease,
+            self.keep_alive(),
+        ))
+    }
+
+    fn keep_alive(&self) -> KeepAlive {
+        self.inner.clone()
+    }
+
+    /// The retry loop of every lock call: attempts, waits for releases,
+    /// pauses; then hands the lease to the watchdog.
+    fn acquire(&self, target: Target, options: LockOptions) -> Result<Arc<Lease>, Error> {
         let shared = self.shared();
         shared.cfg.validate(&options)?;
-        let keys = Keys::new(&shared.cfg.prefix, resource);
+        let channels: Vec<&str> = target
+            .members
+            .iter()
+            .map(|m| m.keys.channel.as_str())
+            .collect();
         let deadline = Instant::now() + options.get_wait();
         // Acquisition plus a fence raise round, each bounded by the timeout.
         let latest_start = deadline.checked_sub(shared.cfg.instance_timeout * 2);
         let mut watch: Option<Watch<'_>> = None;
-        if options.get_wait() > Duration::ZERO && self.inner.notifier.has_waiters(&keys.channel) {
+        if options.get_wait() > Duration::ZERO && self.inner.notifier.has_waiters(&channels) {
             // Calls of this client already wait for this lock: queue behind
             // them rather than barge in and split the vote with the one
             // that the next release wakes.
-            let queued = self.inner.notifier.watch(&keys.channel);
+            let queued = self.inner.notifier.watch(&channels);
             let until =
                 latest_start.map_or(Instant::now(), |t| t.min(Instant::now() + MAX_NOTIFY_WAIT));
             queued.wait_released(until);
@@ -124,21 +182,17 @@ impl Redlock {
                 watch.clear();
             }
             let attempt_start = Instant::now();
-            let failure = match acquire::attempt(shared, resource, &keys, options.get_ttl()) {
+            let failure = match acquire::attempt(shared, &target, options.get_ttl()) {
                 Ok(grant) => {
                     if let Some(watch) = &watch {
                         // Late copies of the release that woke us (one per
                         // instance) must not be passed on as a new release.
                         watch.clear();
                     }
-                    let lease = Arc::new(Lease::new(resource, keys, grant, &options));
+                    drop(watch);
+                    let lease = Arc::new(Lease::new(target, grant, &options));
                     self.inner.watchdog.watch(&lease);
-                    let keep_alive: KeepAlive = self.inner.clone();
-                    return Ok(LockGuard::new(
-                        Arc::clone(&self.inner.shared),
-                        lease,
-                        keep_alive,
-                    ));
+                    return Ok(lease);
                 }
                 Err(failure) => failure,
             };
@@ -156,7 +210,7 @@ impl Redlock {
                 None if contended => {
                     // Subscribe, then try again at once: a release that came
                     // before the subscription would otherwise go unseen.
-                    let subscribed = self.inner.notifier.watch(&keys.channel);
+                    let subscribed = self.inner.notifier.watch(&channels);
                     let until = (now + shared.cfg.instance_timeout).min(latest_start);
                     subscribed.wait_subscribed(shared.instances.quorum(), until);
                     watch = Some(subscribed);

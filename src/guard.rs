@@ -1,4 +1,6 @@
-//! The RAII guard of a held lock.
+//! The RAII guards of held locks: [`LockGuard`] for one resource,
+//! [`MultiGuard`] for a set held together. Both are a lease plus what keeps
+//! the client alive; they differ only in how they name their tokens.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +14,107 @@ use crate::{Error, FencingToken, LossReason};
 /// Keeps the client's threads (workers, watchdog, subscribers) running while
 /// a guard lives, even after the program dropped every clone of the client.
 pub(crate) type KeepAlive = Arc<dyn std::any::Any + Send + Sync>;
+
+/// What both guards hold, and what they do alike.
+struct Held {
+    shared: Arc<Shared>,
+    lease: Arc<Lease>,
+    _client: KeepAlive,
+}
+
+impl Held {
+    fn ensure_held(&self) -> Result<(), Error> {
+        match self.lease.loss() {
+            None => Ok(()),
+            Some(reason) => Err(self.lease.lost_error(reason)),
+        }
+    }
+
+    fn extend(&self, ttl: Duration) -> Result<(), Error> {
+        let shared = &self.shared;
+        shared.cfg.validate(&shared.cfg.defaults.ttl(ttl))?;
+        match lease::begin_extend(shared, &self.lease, ttl, true)? {
+            Some(pending) => pending.finish(shared),
+            None => Err(self.lease.lost_error(LossReason::Released)),
+        }
+    }
+
+    fn release(&self) -> Result<(), Error> {
+        lease::release(&self.shared, &self.lease)
+        // Drop finds the lease released and does nothing more.
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        lease::send_release(&self.shared, &self.lease, false);
+    }
+}
+
+/// The methods both guards share, with the same meaning; for a set they
+/// speak of the set as a whole.
+macro_rules! lease_methods {
+    () => {
+        /// Time left during which the lock is guaranteed (TTL minus elapsed
+        /// time and clock drift, from the last grant or extension); zero once
+        /// it may have expired or was lost.
+        pub fn validity(&self) -> Duration {
+            self.held.lease.validity()
+        }
+
+        /// True while the lease is guaranteed: not lost, and within its
+        /// validity. Turns false no later than the moment the lease may have
+        /// expired on the instances.
+        pub fn is_held(&self) -> bool {
+            self.held.lease.loss().is_none()
+        }
+
+        /// `Ok(())` while the lease is held, [`Error::Lost`] otherwise. Call
+        /// it before each write that the lock protects.
+        pub fn ensure_held(&self) -> Result<(), Error> {
+            self.held.ensure_held()
+        }
+
+        /// Blocks until the lease is lost, or `timeout` passes. Returns the
+        /// reason, or `None` if the lease was still held at the timeout.
+        pub fn wait_lost(&self, timeout: Duration) -> Option<LossReason> {
+            self.held.lease.wait_lost(timeout)
+        }
+
+        /// A channel that receives one message when the lease is lost (at
+        /// once if it already is). It disconnects without a message when the
+        /// guard is released or dropped. Use it with
+        /// `crossbeam_channel::select!` to stop work on loss.
+        pub fn loss_signal(&self) -> Receiver<LossReason> {
+            self.held.lease.subscribe()
+        }
+
+        /// Sets the lease to `ttl` from now on a quorum of instances (only
+        /// where it still holds our value). Works with or without the
+        /// watchdog; the watchdog keeps using the new TTL.
+        ///
+        /// Fails with [`Error::Lost`] if a quorum no longer holds the lease
+        /// or its validity ran out, and with [`Error::Unavailable`] if too
+        /// few instances answered (the lease stays held while its validity
+        /// lasts).
+        pub fn extend(&self, ttl: Duration) -> Result<(), Error> {
+            self.held.extend(ttl)
+        }
+
+        /// Releases the lock on every instance and waits until a quorum
+        /// confirmed it (at most the per-instance timeout).
+        ///
+        /// Returns [`Error::Lost`] if the lease was lost before, including
+        /// when its validity ran out (the work done meanwhile was not
+        /// protected, even if our keys were still there to delete; a newer
+        /// holder's keys are left alone), or [`Error::Unavailable`] if too
+        /// few instances answered: the release is still retried in the
+        /// background until the lease would have expired anyway.
+        pub fn release(self) -> Result<(), Error> {
+            self.held.release()
+        }
+    };
+}
 
 /// Proof that a lock was granted, valid while [`is_held`](Self::is_held)
 /// says so. Dropping it releases the lock without waiting for the answers;
@@ -39,110 +142,110 @@ pub(crate) type KeepAlive = Arc<dyn std::any::Any + Send + Sync>;
 #[must_use = "if unused the lock is released immediately"]
 #[clippy::has_significant_drop]
 pub struct LockGuard {
-    shared: Arc<Shared>,
-    lease: Arc<Lease>,
-    _client: KeepAlive,
+    held: Held,
 }
 
 impl LockGuard {
     pub(crate) fn new(shared: Arc<Shared>, lease: Arc<Lease>, client: KeepAlive) -> Self {
         LockGuard {
-            shared,
-            lease,
-            _client: client,
+            held: Held {
+                shared,
+                lease,
+                _client: client,
+            },
         }
     }
 
     /// The fencing token of this grant: higher than that of every earlier
     /// grant of the same resource.
     pub fn token(&self) -> FencingToken {
-        self.lease.token
+        self.held.lease.tokens[0]
     }
 
     /// The locked resource.
     pub fn resource(&self) -> &str {
-        &self.lease.resource
+        &self.held.lease.target.members[0].resource
     }
 
-    /// Time left during which the lock is guaranteed (TTL minus elapsed time
-    /// and clock drift, from the last grant or extension); zero once it may
-    /// have expired or was lost.
-    pub fn validity(&self) -> Duration {
-        self.lease.validity()
-    }
-
-    /// True while the lease is guaranteed: not lost, and within its
-    /// validity. Turns false no later than the moment the lease may have
-    /// expired on the instances.
-    pub fn is_held(&self) -> bool {
-        self.lease.loss().is_none()
-    }
-
-    /// `Ok(())` while the lease is held, [`Error::Lost`] otherwise. Call it
-    /// before each write that the lock protects.
-    pub fn ensure_held(&self) -> Result<(), Error> {
-        match self.lease.loss() {
-            None => Ok(()),
-            Some(reason) => Err(self.lease.lost_error(reason)),
-        }
-    }
-
-    /// Blocks until the lease is lost, or `timeout` passes. Returns the
-    /// reason, or `None` if the lease was still held at the timeout.
-    pub fn wait_lost(&self, timeout: Duration) -> Option<LossReason> {
-        self.lease.wait_lost(timeout)
-    }
-
-    /// A channel that receives one message when the lease is lost (at once
-    /// if it already is). It disconnects without a message when the guard is
-    /// released or dropped. Use it with `crossbeam_channel::select!` to stop
-    /// work on loss.
-    pub fn loss_signal(&self) -> Receiver<LossReason> {
-        self.lease.subscribe()
-    }
-
-    /// Sets the lease to `ttl` from now on a quorum of instances (only where
-    /// it still holds our value). Works with or without the watchdog; the
-    /// watchdog keeps using the new TTL.
-    ///
-    /// Fails with [`Error::Lost`] if a quorum no longer holds the lease or
-    /// its validity ran out, and with [`Error::Unavailable`] if too few
-    /// instances answered (the lease stays held while its validity lasts).
-    pub fn extend(&self, ttl: Duration) -> Result<(), Error> {
-        let shared = &self.shared;
-        shared.cfg.validate(&shared.cfg.defaults.ttl(ttl))?;
-        match lease::begin_extend(shared, &self.lease, ttl, true)? {
-            Some(pending) => pending.finish(shared),
-            None => Err(self.lease.lost_error(LossReason::Released)),
-        }
-    }
-
-    /// Releases the lock on every instance and waits until a quorum
-    /// confirmed it (at most the per-instance timeout).
-    ///
-    /// Returns [`Error::Lost`] if the lease was lost before, including when
-    /// its validity ran out (the work done meanwhile was not protected, even
-    /// if our keys were still there to delete; a newer holder's keys are
-    /// left alone), or [`Error::Unavailable`] if too few instances
-    /// answered: the release is still retried in the background until the
-    /// lease would have expired anyway.
-    pub fn release(self) -> Result<(), Error> {
-        lease::release(&self.shared, &self.lease)
-        // Drop finds the lease released and does nothing more.
-    }
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        lease::send_release(&self.shared, &self.lease, false);
-    }
+    lease_methods!();
 }
 
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
-            .field("resource", &self.lease.resource)
-            .field("token", &self.lease.token)
+            .field("resource", &self.resource())
+            .field("token", &self.token())
+            .field("validity", &self.validity())
+            .finish()
+    }
+}
+
+/// Proof that a set of resources was granted together
+/// ([`Redlock::lock_all`](crate::Redlock::lock_all)), valid while
+/// [`is_held`](Self::is_held) says so. One lease covers the set: it is lost
+/// as soon as any member may be lost, and released as a whole. Each member
+/// has its own fencing token, from the same sequence as single locks of
+/// that resource.
+///
+/// ```no_run
+/// # let locks = redfence::Redlock::new(["redis://127.0.0.1:7001"])?;
+/// let guard = locks.lock_all(&["account:1", "account:2"])?;
+/// let (from, to) = (guard.token("account:1"), guard.token("account:2"));
+/// guard.ensure_held()?;
+/// // store.transfer(("account:1", from), ("account:2", to), 100)?;
+/// # let _ = (from, to);
+/// guard.release()?;
+/// # Ok::<(), redfence::Error>(())
+/// ```
+#[must_use = "if unused the locks are released immediately"]
+#[clippy::has_significant_drop]
+pub struct MultiGuard {
+    held: Held,
+}
+
+impl MultiGuard {
+    pub(crate) fn new(shared: Arc<Shared>, lease: Arc<Lease>, client: KeepAlive) -> Self {
+        MultiGuard {
+            held: Held {
+                shared,
+                lease,
+                _client: client,
+            },
+        }
+    }
+
+    /// The fencing token of `resource` in this grant (higher than that of
+    /// every earlier grant of that resource, alone or in a set), or `None`
+    /// if it is not a member.
+    pub fn token(&self, resource: &str) -> Option<FencingToken> {
+        let lease = &self.held.lease;
+        let index = lease
+            .target
+            .members
+            .iter()
+            .position(|m| m.resource == resource)?;
+        lease.tokens.get(index).copied()
+    }
+
+    /// The locked resources, in the order they were given.
+    pub fn resources(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.held
+            .lease
+            .target
+            .members
+            .iter()
+            .map(|m| m.resource.as_str())
+    }
+
+    lease_methods!();
+}
+
+impl std::fmt::Debug for MultiGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let lease = &self.held.lease;
+        f.debug_struct("MultiGuard")
+            .field("resources", &lease.target.name)
+            .field("tokens", &lease.tokens)
             .field("validity", &self.validity())
             .finish()
     }

@@ -16,6 +16,10 @@ use crate::Error;
 /// Longest accepted resource name, in bytes.
 pub const MAX_RESOURCE_LEN: usize = 1024;
 
+/// Most resources one [`lock_all`](crate::Redlock::lock_all) call may lock
+/// together.
+pub const MAX_RESOURCES: usize = 64;
+
 #[derive(Debug)]
 pub(crate) struct Keys {
     pub lock: String,
@@ -30,6 +34,77 @@ impl Keys {
             fence: format!("{prefix}fence:{{{resource}}}"),
             channel: format!("{prefix}released:{{{resource}}}"),
         }
+    }
+}
+
+/// One resource a lock call asks for, and its keys.
+#[derive(Debug)]
+pub(crate) struct Member {
+    pub resource: String,
+    pub keys: Keys,
+}
+
+/// What one lock call asks for: a single resource, or a set locked all or
+/// nothing. Members keep the order the caller gave.
+#[derive(Debug)]
+pub(crate) struct Target {
+    /// How errors name it: the resource, or `[a, b]` for a set.
+    pub name: String,
+    pub members: Vec<Member>,
+}
+
+impl Target {
+    pub fn one(prefix: &str, resource: &str) -> Result<Self, Error> {
+        validate_resource(resource)?;
+        Ok(Target {
+            name: resource.to_string(),
+            members: vec![Member {
+                resource: resource.to_string(),
+                keys: Keys::new(prefix, resource),
+            }],
+        })
+    }
+
+    pub fn all(prefix: &str, resources: &[&str]) -> Result<Self, Error> {
+        if resources.is_empty() {
+            return Err(Error::InvalidResource {
+                reason: "the list of resources is empty".to_string(),
+            });
+        }
+        if resources.len() > MAX_RESOURCES {
+            return Err(Error::InvalidResource {
+                reason: format!(
+                    "{} resources in one set, the limit is {MAX_RESOURCES}",
+                    resources.len()
+                ),
+            });
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut members = Vec::with_capacity(resources.len());
+        for resource in resources {
+            validate_resource(resource)?;
+            if !seen.insert(*resource) {
+                return Err(Error::InvalidResource {
+                    reason: format!("{resource:?} is listed twice"),
+                });
+            }
+            members.push(Member {
+                resource: resource.to_string(),
+                keys: Keys::new(prefix, resource),
+            });
+        }
+        Ok(Target {
+            name: format!("[{}]", resources.join(", ")),
+            members,
+        })
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.members.len() > 1
+    }
+
+    pub fn lock_keys(&self) -> Vec<&str> {
+        self.members.iter().map(|m| m.keys.lock.as_str()).collect()
     }
 }
 
@@ -85,5 +160,24 @@ mod tests {
         assert!(validate_resource(&"x".repeat(MAX_RESOURCE_LEN)).is_ok());
         assert!(validate_prefix("app{").is_err());
         assert!(validate_prefix("").is_ok());
+    }
+
+    #[test]
+    fn sets_are_checked_as_a_whole() {
+        let reason = |r: Result<Target, Error>| match r {
+            Err(Error::InvalidResource { reason }) => reason,
+            other => panic!("expected InvalidResource, got {other:?}"),
+        };
+        assert!(reason(Target::all("p:", &[])).contains("empty"));
+        assert!(reason(Target::all("p:", &["a", "b", "a"])).contains("twice"));
+        assert!(reason(Target::all("p:", &["a", ""])).contains("empty"));
+        let many: Vec<String> = (0..=MAX_RESOURCES).map(|i| i.to_string()).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert!(reason(Target::all("p:", &many)).contains("limit is 64"));
+        let set = Target::all("p:", &["b", "a"]).unwrap();
+        assert_eq!(set.name, "[b, a]");
+        assert_eq!(set.lock_keys(), ["p:lock:{b}", "p:lock:{a}"]);
+        assert!(set.is_set());
+        assert!(!Target::one("p:", "a").unwrap().is_set());
     }
 }

@@ -10,17 +10,18 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::acquire::Grant;
 use crate::instance::Sink;
-use crate::keys::Keys;
+use crate::keys::Target;
 use crate::quorum::{yes_no, Round};
-use crate::scripts::{self, EXTEND, RELEASE_AND_ANNOUNCE_COMMANDS};
+use crate::scripts::{self, EXTEND};
 use crate::shared::Shared;
 use crate::{Error, FencingToken, LockOptions, LossReason};
 
 pub(crate) struct Lease {
-    pub resource: String,
-    pub keys: Keys,
+    /// The resource, or the set of resources held together.
+    pub target: Target,
     pub value: String,
-    pub token: FencingToken,
+    /// One per member, in the target's order.
+    pub tokens: Vec<FencingToken>,
     pub auto_extend: bool,
     pub acquired_at: Instant,
     state: Mutex<State>,
@@ -43,12 +44,11 @@ pub(crate) struct State {
 }
 
 impl Lease {
-    pub fn new(resource: &str, keys: Keys, grant: Grant, options: &LockOptions) -> Self {
+    pub fn new(target: Target, grant: Grant, options: &LockOptions) -> Self {
         Lease {
-            resource: resource.to_string(),
-            keys,
+            target,
             value: grant.value,
-            token: grant.token,
+            tokens: grant.tokens,
             auto_extend: options.get_auto_extend(),
             acquired_at: Instant::now(),
             state: Mutex::new(State {
@@ -115,7 +115,7 @@ impl Lease {
 
     pub fn lost_error(&self, reason: LossReason) -> Error {
         Error::Lost {
-            resource: self.resource.clone(),
+            resource: self.target.name.clone(),
             reason,
         }
     }
@@ -164,7 +164,7 @@ pub(crate) fn send_release(
     lease: &Lease,
     wait: bool,
 ) -> Option<Arc<Round<(), ()>>> {
-    let cmd = scripts::release_and_announce(&lease.keys, &lease.value);
+    let (cmd, commands) = scripts::release_and_announce(&lease.target, &lease.value);
     let mut st = lease.state.lock();
     if st.released {
         return None;
@@ -176,13 +176,9 @@ pub(crate) fn send_release(
     let deadline = Instant::now() + st.ttl;
     let round = wait.then(|| Round::new_for(&shared.instances, yes_no));
     let sink = round.clone().map(|r| -> Sink { r });
-    shared.instances.deliver(
-        &cmd,
-        RELEASE_AND_ANNOUNCE_COMMANDS,
-        deadline,
-        sink.as_ref(),
-        |_| true,
-    );
+    shared
+        .instances
+        .deliver(&cmd, commands, deadline, sink.as_ref(), |_| true);
     round
 }
 
@@ -206,7 +202,7 @@ pub(crate) fn release(shared: &Shared, lease: &Lease) -> Result<(), Error> {
         return Err(lease.lost_error(LossReason::NotHeld));
     }
     Err(Error::Unavailable {
-        resource: lease.resource.clone(),
+        resource: lease.target.name.clone(),
         quorum,
         granted: tally.yes.len(),
         errors: tally.failed,
@@ -243,7 +239,7 @@ pub(crate) fn begin_extend<'a>(
     let ttl_ms = ttl.as_millis().to_string();
     let cmd = scripts::packed(
         &EXTEND,
-        &[&lease.keys.lock],
+        &lease.target.lock_keys(),
         &[lease.value.as_bytes(), ttl_ms.as_bytes()],
     );
     let mut st = lease.state.lock();
@@ -298,7 +294,7 @@ impl PendingExtend<'_> {
             return Err(lease.lost_error(reason));
         }
         Err(Error::Unavailable {
-            resource: lease.resource.clone(),
+            resource: lease.target.name.clone(),
             quorum,
             granted: tally.yes.len(),
             errors: tally.failed,

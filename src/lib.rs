@@ -145,8 +145,8 @@ pub use client::Redlock;
 pub use config::MAX_TTL;
 pub use error::{Error, InstanceError, InstanceErrorKind, LossReason};
 pub use fenced::fenced_set;
-pub use guard::LockGuard;
-pub use keys::MAX_RESOURCE_LEN;
+pub use guard::{LockGuard, MultiGuard};
+pub use keys::{MAX_RESOURCES, MAX_RESOURCE_LEN};
 pub use options::LockOptions;
 pub use token::FencingToken;
 
@@ -162,6 +162,7 @@ mod tests {
         send_sync::<Redlock>();
         clone::<Redlock>();
         send_sync::<LockGuard>();
+        send_sync::<MultiGuard>();
         send_sync::<Error>();
         send_sync::<InstanceError>();
         send_sync::<FencingToken>();

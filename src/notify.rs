@@ -77,26 +77,35 @@ impl Notifier {
     }
 
     /// True when calls of this client already wait for `channel`.
-    pub fn has_waiters(&self, channel: &str) -> bool {
-        self.registry.waiting.load(Ordering::Acquire) > 0
-            && self.registry.channels.lock().contains_key(channel)
+    pub fn has_waiters(&self, channels: &[&str]) -> bool {
+        if self.registry.waiting.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let registered = self.registry.channels.lock();
+        channels.iter().any(|c| registered.contains_key(*c))
     }
 
-    /// Registers interest in `channel` until the returned watch is dropped.
-    pub fn watch(&self, channel: &str) -> Watch<'_> {
+    /// Registers interest in `channels` (a release on any of them wakes the
+    /// call) until the returned watch is dropped.
+    pub fn watch(&self, channels: &[&str]) -> Watch<'_> {
         let (wake_tx, wake) = crossbeam_channel::bounded(1);
         let (sub_tx, subscribed) = crossbeam_channel::bounded(self.kicks.len());
         let id = self.registry.next_id.fetch_add(1, Ordering::Relaxed);
-        self.registry
-            .channels
-            .lock()
-            .entry(channel.to_string())
-            .or_default()
-            .push(Waiter {
-                id,
-                wake: wake_tx,
-                subscribed: sub_tx,
-            });
+        {
+            let mut registered = self.registry.channels.lock();
+            for channel in channels {
+                // One waiter under several channels: subscribers acknowledge
+                // it once per instance, and any of its channels wakes it.
+                registered
+                    .entry(channel.to_string())
+                    .or_default()
+                    .push(Waiter {
+                        id,
+                        wake: wake_tx.clone(),
+                        subscribed: sub_tx.clone(),
+                    });
+            }
+        }
         self.registry.waiting.fetch_add(1, Ordering::Release);
         self.registry.version.fetch_add(1, Ordering::Release);
         for kick in &self.kicks {
@@ -104,7 +113,7 @@ impl Notifier {
         }
         Watch {
             registry: &self.registry,
-            channel: channel.to_string(),
+            channels: channels.iter().map(|c| c.to_string()).collect(),
             id,
             wake,
             subscribed,
@@ -125,7 +134,7 @@ impl Drop for Notifier {
 /// One waiting call's registration.
 pub(crate) struct Watch<'a> {
     registry: &'a Registry,
-    channel: String,
+    channels: Vec<String>,
     id: u64,
     wake: Receiver<()>,
     subscribed: Receiver<()>,
@@ -156,16 +165,20 @@ impl Watch<'_> {
 impl Drop for Watch<'_> {
     fn drop(&mut self) {
         let mut channels = self.registry.channels.lock();
-        if let Some(waiters) = channels.get_mut(&self.channel) {
-            waiters.retain(|w| w.id != self.id);
-            // A wake-up this call did not use goes to the next in line.
-            if self.wake.try_recv().is_ok() {
-                if let Some(next) = waiters.first() {
-                    let _ = next.wake.try_send(());
+        // A wake-up this call did not use goes to the next in line (of each
+        // of its channels: it cannot tell which one announced it).
+        let unused = self.wake.try_recv().is_ok();
+        for channel in &self.channels {
+            if let Some(waiters) = channels.get_mut(channel) {
+                waiters.retain(|w| w.id != self.id);
+                if unused {
+                    if let Some(next) = waiters.first() {
+                        let _ = next.wake.try_send(());
+                    }
                 }
-            }
-            if waiters.is_empty() {
-                channels.remove(&self.channel);
+                if waiters.is_empty() {
+                    channels.remove(channel);
+                }
             }
         }
         self.registry.waiting.fetch_sub(1, Ordering::Release);

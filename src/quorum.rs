@@ -295,8 +295,8 @@ pub(crate) fn unexpected<Y, N>(what: &str, values: &[Value]) -> Vote<Y, N> {
     ))
 }
 
-/// Classifies the 1/0 answer of the release, extend and raise scripts (the
-/// first reply of the request; a release's PUBLISH follows it).
+/// Classifies the 1/0 answer of the release and extend scripts (the first
+/// reply of the request; a release's PUBLISH follows it).
 pub(crate) fn yes_no(values: &[Value]) -> Vote<(), ()> {
     if let Some(vote) = error_reply(values) {
         return vote;
@@ -305,5 +305,21 @@ pub(crate) fn yes_no(values: &[Value]) -> Vote<(), ()> {
         Some(Value::Int(1)) => Vote::Yes(()),
         Some(Value::Int(0)) => Vote::No(()),
         _ => unexpected("a script", values),
+    }
+}
+
+/// Classifies a request of several 1/0 scripts (raise rounds, one per
+/// member): yes only if every one said yes.
+pub(crate) fn all_yes(values: &[Value]) -> Vote<(), ()> {
+    if let Some(vote) = error_reply(values) {
+        return vote;
+    }
+    if values.is_empty() || !values.iter().all(|v| matches!(v, Value::Int(0 | 1))) {
+        return unexpected("a script", values);
+    }
+    if values.iter().all(|v| matches!(v, Value::Int(1))) {
+        Vote::Yes(())
+    } else {
+        Vote::No(())
     }
 }
