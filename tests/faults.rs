@@ -737,9 +737,27 @@ fn characterisation_immediate_restart_without_persistence_allows_two_holders() {
     let a = a_client
         .lock_with("crash", LockOptions::new().ttl(Duration::from_secs(10)))
         .unwrap();
+    // A's call returned at a quorum; its requests to the other instances
+    // may still be queued. One that is sent after a restart (the worker
+    // resends on a fresh connection when it finds the old one dead) puts
+    // A's lock on a restarted instance again, and B finds no quorum. Wait
+    // until A's grant is on all five, so that nothing of it is in flight.
+    assert!(
+        eventually(Duration::from_secs(2), || all_hold_one_value(
+            &cluster, "crash"
+        )),
+        "A's grant never settled: {:?}",
+        lock_values(&cluster, "crash")
+    );
     for i in [0, 1, 2] {
         cluster.server(i).kill();
         cluster.server(i).restart();
+    }
+    for i in [0, 1, 2] {
+        assert!(
+            !cluster.server(i).exists(&lock_key("crash")),
+            "instance {i} kept A's lock across a restart without persistence"
+        );
     }
     let b = b_client
         .lock_with("crash", LockOptions::new().wait(Duration::from_secs(3)))

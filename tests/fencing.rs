@@ -155,23 +155,37 @@ fn expired_counters_restart_above_earlier_tokens() {
     assert!(t2 > t1, "{t2} after {t1}");
 }
 
+/// Each resource has a counter of its own: grants of one never move
+/// another's tokens, so two resources' tokens differ and each resource's
+/// tokens go up by one per grant, however the grants interleave.
 #[test]
 fn tokens_differ_per_resource_but_each_increases() {
     let cluster = RedisCluster::start(3);
     let locks = client(&cluster);
+    // Counters far apart and equal on every instance: every grant is a
+    // plain increment, no raise round.
+    for server in cluster.iter() {
+        server.cmd(&["SET", &fence_key("a"), "1000"]).unwrap();
+        server.cmd(&["SET", &fence_key("b"), "5000000"]).unwrap();
+    }
     let opts = LockOptions::new().auto_extend(false);
-    let a1 = locks.lock_with("a", opts).unwrap();
-    let b1 = locks.lock_with("b", opts).unwrap();
-    let (ta, tb) = (a1.token(), b1.token());
-    drop((a1, b1));
-    assert!(eventually(Duration::from_secs(2), || common::holders(
-        &cluster, "a"
-    ) == 0));
-    assert!(locks.lock("a").unwrap().token() > ta);
-    assert!(eventually(Duration::from_secs(2), || common::holders(
-        &cluster, "b"
-    ) == 0));
-    assert!(locks.lock("b").unwrap().token() > tb);
+    let mut a_tokens = Vec::new();
+    let mut b_tokens = Vec::new();
+    for _ in 0..3 {
+        let a = locks.lock_with("a", opts).unwrap();
+        let b = locks.lock_with("b", opts).unwrap();
+        assert_ne!(a.token(), b.token(), "two resources share a counter");
+        a_tokens.push(a.token().get());
+        b_tokens.push(b.token().get());
+        a.release().unwrap();
+        b.release().unwrap();
+    }
+    assert_eq!(a_tokens, [1001, 1002, 1003], "b's grants moved a's counter");
+    assert_eq!(
+        b_tokens,
+        [5_000_001, 5_000_002, 5_000_003],
+        "a's grants moved b's counter"
+    );
 }
 
 #[test]
