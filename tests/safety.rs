@@ -10,13 +10,32 @@
 mod common;
 #[path = "common/faults.rs"]
 mod faults_common;
+#[cfg(target_os = "linux")]
+#[path = "common/pause.rs"]
+mod pause;
 
 use std::time::{Duration, Instant};
 
 use common::{builder, client, eventually, holders, lock_key};
-use faults_common::{fence_key, Proxied};
+use faults_common::{fence_key, read_stdin_line, report, report_field, ChildTest, Proxied};
 use redfence::testing::{Fault, RedisCluster};
 use redfence::{Error, LockOptions, LossReason, Redlock};
+
+/// A client whose connections are open and whose instance timeout leaves
+/// room for two busy cores: these tests are about the lock's logic, and a
+/// request dropped for a 50 ms deadline would only blur them.
+fn steady_client(cluster: &RedisCluster, retries: u32) -> Redlock {
+    let locks = builder(cluster)
+        .instance_timeout(Duration::from_millis(300))
+        .extend_retries(retries)
+        .build()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(5), || locks
+        .ping()
+        .iter()
+        .all(|(_, r)| r.is_ok())));
+    locks
+}
 
 /// A grant's validity, read right after it and after an explicit extend,
 /// is the TTL minus the drift allowance minus at most the time the call
@@ -119,7 +138,7 @@ fn assert_left_alone(cluster: &RedisCluster, resource: &str, indices: &[usize], 
 #[test]
 fn extending_a_lease_gone_or_taken_on_a_majority_fails_and_writes_nothing() {
     let cluster = RedisCluster::start(5);
-    let locks = client(&cluster);
+    let locks = steady_client(&cluster, 3);
     let opts = LockOptions::new()
         .ttl(Duration::from_secs(10))
         .auto_extend(false);
@@ -151,7 +170,7 @@ fn extending_a_lease_gone_or_taken_on_a_majority_fails_and_writes_nothing() {
 #[test]
 fn the_watchdog_does_not_revive_a_lease_gone_or_taken_on_a_majority() {
     let cluster = RedisCluster::start(5);
-    let locks = client(&cluster);
+    let locks = steady_client(&cluster, 3);
     let opts = LockOptions::new().ttl(Duration::from_millis(1500));
     for (resource, replace) in [("watched-gone", false), ("watched-taken", true)] {
         let guard = locks.lock_with(resource, opts).unwrap();
@@ -174,12 +193,12 @@ fn the_watchdog_does_not_revive_a_lease_gone_or_taken_on_a_majority() {
 /// Guards bug 3 of issue 16: the watchdog never marking a lease lost after
 /// failed extensions. With a majority frozen, the renewal at a third of a
 /// 9 s TTL fails, so does its one retry, and the guard must say
-/// `ExtensionFailed` then, about 3.5 s after the grant, not 9 s later when
+/// `ExtensionFailed` then, about 4 s after the grant, not 9 s later when
 /// the lease would simply have run out (`Expired`).
 #[test]
 fn failed_extensions_mark_the_lease_lost_long_before_it_expires() {
     let cluster = RedisCluster::start(5);
-    let locks = builder(&cluster).extend_retries(1).build().unwrap();
+    let locks = steady_client(&cluster, 1);
     let ttl = Duration::from_secs(9);
     let guard = locks
         .lock_with("cut-off", LockOptions::new().ttl(ttl))
@@ -276,4 +295,107 @@ fn a_grant_whose_keys_vanish_before_the_raise_round_does_not_stand() {
             assert_eq!(holders(&env.cluster, resource), 0);
         }
     }
+}
+
+/// Where the child of [`a_grant_paused_past_its_validity_is_refused_and_released`]
+/// finds the instances.
+const PAUSED_URLS: &str = "REDFENCE_PAUSED_URLS";
+
+/// The lease of the paused grant: 4 s, half of it the drift allowance, so
+/// the validity (2 s) ends long before the keys expire on the instances.
+fn paused_client(urls: Vec<String>) -> Redlock {
+    Redlock::builder(urls)
+        .instance_timeout(Duration::from_millis(500))
+        .clock_drift(0.5, Duration::ZERO)
+        .build()
+        .unwrap()
+}
+const PAUSED_TTL: Duration = Duration::from_secs(4);
+const PAUSED_VALIDITY: Duration = Duration::from_secs(2);
+
+/// Child half of [`a_grant_paused_past_its_validity_is_refused_and_released`]:
+/// one lock attempt on a thread of its own, whose id the parent pauses.
+#[cfg(target_os = "linux")]
+#[test]
+#[ignore = "child process of a_grant_paused_past_its_validity_is_refused_and_released"]
+fn child_paused_grant() {
+    let Ok(urls) = std::env::var(PAUSED_URLS) else {
+        return;
+    };
+    let locks = paused_client(urls.split(',').map(str::to_string).collect());
+    locks.lock("warm-up").unwrap().release().unwrap();
+    assert!(locks.ping().iter().all(|(_, r)| r.is_ok()));
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            report(&format!("ready tid={}", pause::current_tid()));
+            assert_eq!(read_stdin_line(), "go");
+            let opts = LockOptions::new()
+                .ttl(PAUSED_TTL)
+                .wait(Duration::ZERO)
+                .auto_extend(false);
+            let outcome = match locks.lock_with("paused", opts) {
+                Ok(guard) => format!(
+                    "granted held={} validity_ms={}",
+                    guard.is_held(),
+                    guard.validity().as_millis()
+                ),
+                Err(Error::NoValidity { .. }) => "novalidity".to_string(),
+                Err(e) => format!("other:{}", format!("{e:?}").replace(' ', "_")),
+            };
+            report(&format!("outcome={outcome}"));
+            assert_eq!(read_stdin_line(), "exit");
+        });
+    });
+}
+
+/// Guards bug 5 of issue 16: the check that a grant still has validity left
+/// when its last round is counted. A quorum's answers bound each round by
+/// the instance timeout, and the TTL must exceed drift plus two timeouts,
+/// so only a stall of the calling thread itself (a GC or VM pause, a
+/// starved scheduler) brings a grant past its validity. Here that stall is
+/// real: the locking thread of a child process is stopped with ptrace right
+/// after its acquisition reached the instances, for longer than the
+/// validity, while the client's instance workers go on and queue the
+/// granting replies. Resumed, the thread counts a quorum with no validity
+/// left: the call must fail with `NoValidity` and release the keys (they
+/// would live on for another 2 s otherwise), not hand out a guard.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_grant_paused_past_its_validity_is_refused_and_released() {
+    let env = Proxied::start(3);
+    let mut child = ChildTest::spawn("child_paused_grant", &[(PAUSED_URLS, env.urls().join(","))]);
+    let line = child.next_report(Duration::from_secs(30));
+    let tid: i32 = report_field(&line, "tid").parse().unwrap();
+    // The acquisition lands after 150 ms, its replies reach the child after
+    // 300 ms: the thread is stopped in between, waiting for them.
+    env.set(&[0, 1, 2], Fault::Delay(Duration::from_millis(150)));
+    child.tell("go");
+    assert!(
+        eventually(Duration::from_secs(3), || holders(&env.cluster, "paused")
+            == 3),
+        "the acquisition never landed"
+    );
+    let landed = Instant::now();
+    let paused = pause::ThreadPause::start(tid).expect("ptrace the child's locking thread");
+    // The fault itself: a stall longer than the validity.
+    std::thread::sleep(PAUSED_VALIDITY + Duration::from_millis(800));
+    drop(paused);
+    let line = child.next_report(Duration::from_secs(10));
+    env.pass_all();
+    assert_eq!(
+        report_field(&line, "outcome"),
+        "novalidity",
+        "a grant past its validity was handed out: {line}"
+    );
+    assert!(
+        eventually(Duration::from_secs(1), || holders(&env.cluster, "paused")
+            == 0),
+        "the keys of the refused grant were not released"
+    );
+    assert!(
+        landed.elapsed() + Duration::from_millis(300) < PAUSED_TTL,
+        "too slow to tell a release from the keys' own expiry"
+    );
+    child.tell("exit");
+    child.wait_success(Duration::from_secs(10));
 }
