@@ -947,7 +947,8 @@ fn lost_replies_on_a_majority_fail_the_attempt_and_leave_no_orphans() {
 /// `Error::NoValidity` cannot be provoked by latency alone: the TTL must
 /// exceed drift plus twice the instance timeout, and an attempt never waits
 /// longer than twice the instance timeout, so the slow answers are timeouts
-/// (`Unavailable`) instead.
+/// (`Unavailable`) instead. It takes a stall of the locking thread itself:
+/// see `tests/safety.rs`.
 #[test]
 fn late_grants_after_a_timed_out_attempt_are_released() {
     let _turn = alongside_restarts();

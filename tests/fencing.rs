@@ -227,6 +227,18 @@ fn large_counters_are_bumped_exactly() {
     }
     assert_eq!(token_of(&locks, "big"), start + 1);
     assert_eq!(token_of(&locks, "big"), start + 2);
-    let stored = cluster.server(0).get(&fence_key("big")).unwrap();
-    assert_eq!(stored, (start + 2).to_string());
+    // The grants returned at a quorum of two; the third instance may have
+    // got the requests late, or (a worker still connecting on a busy
+    // machine) not at all, so any one instance may lag behind.
+    let stored: Vec<String> = cluster
+        .iter()
+        .map(|s| s.get(&fence_key("big")).unwrap())
+        .collect();
+    let exact = (start + 2).to_string();
+    assert!(
+        stored.iter().filter(|v| **v == exact).count() >= 2,
+        "{stored:?}"
+    );
+    let allowed = [start.to_string(), (start + 1).to_string(), exact];
+    assert!(stored.iter().all(|v| allowed.contains(v)), "{stored:?}");
 }
