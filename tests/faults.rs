@@ -737,9 +737,27 @@ fn characterisation_immediate_restart_without_persistence_allows_two_holders() {
     let a = a_client
         .lock_with("crash", LockOptions::new().ttl(Duration::from_secs(10)))
         .unwrap();
+    // A's call returned at a quorum; its requests to the other instances
+    // may still be queued. One that is sent after a restart (the worker
+    // resends on a fresh connection when it finds the old one dead) puts
+    // A's lock on a restarted instance again, and B finds no quorum. Wait
+    // until A's grant is on all five, so that nothing of it is in flight.
+    assert!(
+        eventually(Duration::from_secs(2), || all_hold_one_value(
+            &cluster, "crash"
+        )),
+        "A's grant never settled: {:?}",
+        lock_values(&cluster, "crash")
+    );
     for i in [0, 1, 2] {
         cluster.server(i).kill();
         cluster.server(i).restart();
+    }
+    for i in [0, 1, 2] {
+        assert!(
+            !cluster.server(i).exists(&lock_key("crash")),
+            "instance {i} kept A's lock across a restart without persistence"
+        );
     }
     let b = b_client
         .lock_with("crash", LockOptions::new().wait(Duration::from_secs(3)))
@@ -929,7 +947,8 @@ fn lost_replies_on_a_majority_fail_the_attempt_and_leave_no_orphans() {
 /// `Error::NoValidity` cannot be provoked by latency alone: the TTL must
 /// exceed drift plus twice the instance timeout, and an attempt never waits
 /// longer than twice the instance timeout, so the slow answers are timeouts
-/// (`Unavailable`) instead.
+/// (`Unavailable`) instead. It takes a stall of the locking thread itself:
+/// see `tests/safety.rs`.
 #[test]
 fn late_grants_after_a_timed_out_attempt_are_released() {
     let _turn = alongside_restarts();

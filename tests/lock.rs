@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{builder, client, eventually, holders, lock_key};
+use common::{builder, client, eventually, holders, lock_key, subscribers};
 use redfence::testing::RedisCluster;
 use redfence::{Error, InstanceErrorKind, LockOptions, LossReason};
 
@@ -62,7 +62,10 @@ fn dropping_the_guard_releases_it() {
     let other = client(&cluster);
     {
         let _guard = locks.lock("drop-me").unwrap();
-        assert!(other.try_lock("drop-me").is_err());
+        match other.try_lock("drop-me") {
+            Err(Error::Contended { .. }) => {}
+            other => panic!("expected Contended while the guard lives, got {other:?}"),
+        }
     }
     assert!(eventually(Duration::from_secs(2), || holders(
         &cluster, "drop-me"
@@ -91,12 +94,21 @@ fn lock_waits_for_the_holder_and_respects_its_budget() {
         "overran its budget: {elapsed:?}"
     );
 
-    // Released from another thread while we wait: we get it.
+    // Released from another thread while we wait: we get it. The first
+    // call's subscription is dropped lazily; wait until it is gone, so
+    // that the one seen next is the waiter's.
+    assert!(eventually(Duration::from_secs(2), || subscribers(
+        &cluster, "busy"
+    ) == 0));
     let waiter = std::thread::spawn({
         let locks = locks.clone();
         move || locks.lock_with("busy", LockOptions::new().wait(Duration::from_secs(5)))
     });
-    std::thread::sleep(Duration::from_millis(150));
+    assert!(
+        eventually(Duration::from_secs(3), || subscribers(&cluster, "busy")
+            == 3),
+        "the waiter never listened for the release"
+    );
     let first_token = held.token();
     held.release().unwrap();
     let guard = waiter
@@ -312,7 +324,13 @@ fn a_waiter_is_woken_by_the_release_not_by_a_timer() {
                 let g = waiter.lock(&resource).expect("waiter gets the lock");
                 (Instant::now(), g.token())
             });
-            std::thread::sleep(Duration::from_millis(100));
+            // Released only once the waiter listens on every instance: a
+            // release before that would be found by its retry, not heard.
+            assert!(
+                eventually(Duration::from_secs(3), || subscribers(&cluster, &resource)
+                    == 3),
+                "round {round}: the waiter never listened for the release"
+            );
             let token = guard.token();
             guard.release().unwrap();
             *released_at.lock().unwrap() = Some(Instant::now());

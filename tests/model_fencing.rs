@@ -240,8 +240,9 @@ enum RaiseMissing {
     /// Seed it like the acquire does (step 4 applies to every missing
     /// counter), then raise it to at least the token.
     Seed,
-    /// Set it to the token (what the first `lua/fence_raise.lua` did,
-    /// until this model found the bug).
+    /// Set it to the token: what an earlier `lua/fence_raise.lua` did. The
+    /// script now seeds a missing counter from the clock (`Seed`), and
+    /// `raise_setting_missing_counter_to_token_breaks_monotonicity` shows why.
     SetToToken,
 }
 

@@ -49,3 +49,17 @@ pub fn holders(cluster: &RedisCluster, resource: &str) -> usize {
     let key = lock_key(resource);
     cluster.iter().filter(|s| s.exists(&key)).count()
 }
+
+/// How many servers have a subscriber on the resource's release channel
+/// (`PUBSUB NUMSUB`): a waiting lock call listens there for the release.
+pub fn subscribers(cluster: &RedisCluster, resource: &str) -> usize {
+    let channel = format!("redfence:released:{{{resource}}}");
+    cluster
+        .iter()
+        .filter(|s| {
+            let reply = s.cmd(&["PUBSUB", "NUMSUB", &channel]);
+            matches!(reply, Ok(redis::Value::Array(items))
+                if matches!(items.get(1), Some(redis::Value::Int(n)) if *n > 0))
+        })
+        .count()
+}

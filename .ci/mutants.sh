@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# Mutation run: puts hand-made bugs into src/ and lua/, one at a time, and
+# checks that the test files most likely to notice each one do fail.
+#
+#   bash .ci/mutants.sh              # every mutant
+#   bash .ci/mutants.sh NAME...      # only these (see --list)
+#   bash .ci/mutants.sh --list       # names, files and test files
+#
+# Each mutant is (name, file, test files, exact original text, replacement).
+# Outcomes:
+#   caught    the tests failed with the bug in (what we want)
+#   SURVIVED  every test passed with the bug in: a test is missing
+#   STALE     the original text is not in the file (or not exactly once):
+#             the code was rewritten, re-target the mutant at the new code
+#   unviable  the mutant does not compile (re-target it too)
+# The file is restored after each mutant, and on exit, error or Ctrl-C
+# (if the script is killed with SIGKILL: git checkout -- src lua).
+# Exit status: 0 when every mutant was caught, 1 otherwise.
+#
+# Needs python3 and redis-server (bash .ci/setup). Each mutant takes an
+# incremental build plus its test files: 10 to 60 s on two cores. Test output
+# of each run goes to target/mutants/NAME.log.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+# Per-mutant limit on the test run: a mutant that makes a test hang counts
+# as caught once this passes (timeout exits non-zero).
+TEST_TIMEOUT=${MUTANTS_TEST_TIMEOUT:-900}
+LOG_DIR=target/mutants
+
+NAMES=()
+declare -A FILE TESTS ORIG REPL
+
+# m NAME FILE "TEST_FILE..." ORIGINAL REPLACEMENT
+m() {
+    NAMES+=("$1")
+    FILE[$1]=$2
+    TESTS[$1]=$3
+    ORIG[$1]=$4
+    REPL[$1]=$5
+}
+
+# --- The five bugs of issue 16 that the suite once let through -------------
+
+m drift-ignored src/acquire.rs "safety" \
+  '.checked_sub(cfg.drift(ttl))' \
+  '.checked_sub(Duration::ZERO)'
+
+m extend-recreates-key lua/extend.lua "safety" \
+  "if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])" \
+  "if redis.call('GET', KEYS[1]) == ARGV[1] or redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])"
+
+m extend-ignores-owner lua/extend.lua "safety" \
+  "if redis.call('GET', KEYS[1]) == ARGV[1] then" \
+  "if redis.call('EXISTS', KEYS[1]) == 1 then"
+
+m watchdog-never-marks-lost src/watchdog.rs "safety watchdog" \
+  'lease.mark_lost(LossReason::ExtensionFailed);' \
+  'let _ = LossReason::ExtensionFailed;'
+
+m raise-unchecked lua/fence_raise.lua "safety fencing" \
+  "if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return 1
+end
+return 0" \
+  "return 1"
+
+m no-validity-check-removed src/acquire.rs "safety" \
+  'Some(valid_until) if Instant::now() < valid_until =>' \
+  'Some(valid_until) =>'
+
+# --- Other bugs in the lock's safety logic ----------------------------------
+
+m quorum-minus-one src/quorum.rs "lock" \
+  'self.list.len() / 2 + 1' \
+  'self.list.len() / 2'
+
+m acquire-without-nx lua/acquire.lua "lock" \
+  "redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])" \
+  "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])"
+
+m release-without-compare lua/release.lua "lock" \
+  "if redis.call('GET', KEYS[1]) == ARGV[1] then" \
+  "if redis.call('EXISTS', KEYS[1]) == 1 then"
+
+m release-not-announced lua/release.lua "lock" \
+  "redis.call('PUBLISH', ARGV[2], '1')" \
+  "-- no announcement"
+
+m failed-attempt-not-released src/acquire.rs "lock" \
+  'if tally.yes.len() < quorum {
+        release_all();' \
+  'if tally.yes.len() < quorum {'
+
+m token-is-min src/acquire.rs "fencing" \
+  'tally.yes.iter().copied().max()' \
+  'tally.yes.iter().copied().min()'
+
+m raise-round-skipped src/acquire.rs "fencing" \
+  'if tally.yes.iter().any(|t| *t != token) {' \
+  'if tally.yes.iter().any(|t| *t != token) && token == 0 {'
+
+m raise-does-not-raise lua/fence_raise.lua "fencing" \
+  "if tonumber(current) < tonumber(ARGV[2]) then" \
+  "if tonumber(current) < 0 then"
+
+m counter-seeded-from-zero lua/counter.lua "fencing" \
+  "return now[1] .. string.format('%06d', micros - micros % 1000)" \
+  "return '0'"
+
+m fenced-write-accepts-stale lua/fenced_write.lua "fencing" \
+  "if highest and tonumber(highest) > tonumber(ARGV[1]) then" \
+  "if highest and tonumber(highest) > tonumber(ARGV[1]) + 1000000 then"
+
+m extend-without-quorum src/lease.rs "safety watchdog" \
+  'if tally.yes.len() >= quorum && now < new_valid {' \
+  'if now < new_valid {'
+
+m extend-validity-ignores-drift src/lease.rs "safety" \
+  'let validity = self.ttl.saturating_sub(shared.cfg.drift(self.ttl));' \
+  'let validity = self.ttl;'
+
+m not-held-not-detected src/lease.rs "safety watchdog" \
+  'if tally.no.len() > shared.instances.len() - quorum {
+            lease.mark_lost_locked(&mut st, LossReason::NotHeld);' \
+  'if tally.no.len() > shared.instances.len() {
+            lease.mark_lost_locked(&mut st, LossReason::NotHeld);'
+
+m validity-end-not-enforced src/lease.rs "lock watchdog" \
+  'if st.lost.is_none() && now >= st.valid_until {' \
+  'if st.lost.is_none() && now >= st.valid_until + std::time::Duration::from_secs(3600) {'
+
+m watchdog-renews-at-expiry src/watchdog.rs "watchdog" \
+  '(renewed + st.ttl / 3).min(st.valid_until)' \
+  'st.valid_until'
+
+m extension-cap-ignored src/watchdog.rs "watchdog" \
+  'cfg.max_extensions.is_none_or(|max| extensions < max)' \
+  'cfg.max_extensions.is_none_or(|max| extensions < max + 1000)'
+
+# ---------------------------------------------------------------------------
+
+if [[ ${1:-} == --list ]]; then
+    for n in "${NAMES[@]}"; do
+        printf '%-30s %-22s tests: %s\n' "$n" "${FILE[$n]}" "${TESTS[$n]}"
+    done
+    exit 0
+fi
+
+selected=("$@")
+if [[ ${#selected[@]} -eq 0 ]]; then
+    selected=("${NAMES[@]}")
+fi
+for n in "${selected[@]}"; do
+    if [[ -z ${FILE[$n]+set} ]]; then
+        echo "unknown mutant: $n (see --list)" >&2
+        exit 2
+    fi
+done
+
+command -v python3 >/dev/null || { echo "python3 is needed" >&2; exit 2; }
+mkdir -p "$LOG_DIR"
+BACKUP=$(mktemp -d)
+CURRENT=""
+
+restore() {
+    if [[ -n $CURRENT ]]; then
+        cp "$BACKUP/current" "$CURRENT"
+        CURRENT=""
+    fi
+}
+trap 'restore; rm -rf "$BACKUP"' EXIT
+trap 'exit 130' INT TERM
+
+# apply FILE ORIGINAL REPLACEMENT: exit 0 applied, 3 not found exactly once.
+apply() {
+    python3 - "$1" "$2" "$3" <<'PY'
+import sys
+path, orig, repl = sys.argv[1:4]
+with open(path, encoding="utf-8") as f:
+    text = f.read()
+if text.count(orig) != 1:
+    sys.exit(3)
+with open(path, "w", encoding="utf-8") as f:
+    f.write(text.replace(orig, repl, 1))
+PY
+}
+
+declare -A OUTCOME
+for n in "${selected[@]}"; do
+    file=${FILE[$n]}
+    failed=""
+    log="$LOG_DIR/$n.log"
+    cp "$file" "$BACKUP/current"
+    CURRENT=$file
+    if ! apply "$file" "${ORIG[$n]}" "${REPL[$n]}"; then
+        restore
+        OUTCOME[$n]=STALE
+        echo "STALE     $n: original text not found exactly once in $file"
+        continue
+    fi
+    args=()
+    for t in ${TESTS[$n]}; do
+        args+=(--test "$t")
+    done
+    echo "--- $n ($file; tests: ${TESTS[$n]})" >"$log"
+    if ! nice -n 5 cargo test --features testing --no-run "${args[@]}" >>"$log" 2>&1; then
+        OUTCOME[$n]=unviable
+    elif nice -n 5 timeout "$TEST_TIMEOUT" \
+        cargo test --features testing "${args[@]}" >>"$log" 2>&1; then
+        OUTCOME[$n]=SURVIVED
+    else
+        OUTCOME[$n]=caught
+        failed=$(grep -E '^test .* FAILED$|^    [a-z_0-9]+$' "$log" | sed -E 's/^test (.*) \.\.\. FAILED$/\1/; s/^ +//' | sort -u | tr '\n' ' ')
+    fi
+    restore
+    case ${OUTCOME[$n]} in
+        caught) echo "caught    $n by: ${failed:-see $log}" ;;
+        *) printf '%-9s %s (log: %s)\n' "${OUTCOME[$n]}" "$n" "$log" ;;
+    esac
+done
+
+caught=0
+others=()
+for n in "${selected[@]}"; do
+    if [[ ${OUTCOME[$n]} == caught ]]; then
+        caught=$((caught + 1))
+    else
+        others+=("$n=${OUTCOME[$n]}")
+    fi
+done
+echo
+echo "mutants: ${#selected[@]}, caught: $caught, not caught: ${#others[@]} ${others[*]:-}"
+[[ ${#others[@]} -eq 0 ]]
