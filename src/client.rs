@@ -102,6 +102,7 @@ impl Redlock {
         validate_resource(resource)?;
         let shared = self.shared();
         shared.cfg.validate(&options)?;
+        shared.warmup.wait();
         let keys = Keys::new(&shared.cfg.prefix, resource);
         let deadline = Instant::now() + options.get_wait();
         // Acquisition plus a fence raise round, each bounded by the timeout.
@@ -203,6 +204,7 @@ impl Redlock {
     /// dropped guard's release, say) were processed there.
     pub fn ping(&self) -> Vec<(String, Result<Duration, InstanceError>)> {
         let shared = self.shared();
+        shared.warmup.wait();
         let start = Instant::now();
         let deadline = shared.round_deadline();
         let packed: Arc<[u8]> = redis::cmd("PING").get_packed_command().into();

@@ -191,8 +191,13 @@ pub enum InstanceErrorKind {
     Timeout,
     /// The connection could not be established.
     Connect,
-    /// The instance refused our credentials.
+    /// The instance refused our credentials, or its ACL does not allow a
+    /// command, key or channel redfence needs (the detail names it).
     Auth,
+    /// The TLS connection could not be set up: the server's certificate is
+    /// not trusted or not valid for the host name, or the server wants a
+    /// client certificate it did not get (the detail says which).
+    Tls,
     /// A key held a value of another type.
     WrongType,
     /// The connection failed while a command was under way.
@@ -240,12 +245,16 @@ impl InstanceError {
 
     pub(crate) fn from_redis(instance: &str, err: &redis::RedisError) -> Self {
         use redis::ErrorKind as K;
+        #[cfg(feature = "tls-rustls")]
+        if let Some(detail) = crate::tls::describe(err) {
+            return InstanceError::new(instance, InstanceErrorKind::Tls, detail);
+        }
         let kind = if err.is_timeout() {
             InstanceErrorKind::Timeout
         } else if err.kind() == K::AuthenticationFailed
             || err
                 .code()
-                .is_some_and(|c| c == "NOAUTH" || c == "WRONGPASS")
+                .is_some_and(|c| c == "NOAUTH" || c == "WRONGPASS" || c == "NOPERM")
         {
             InstanceErrorKind::Auth
         } else if err.code() == Some("WRONGTYPE") {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use redis::{ConnectionLike, Value};
 
-use crate::connection::{load_scripts, Conn, Manager};
+use crate::connection::{connect_failure, load_scripts, Conn, Manager};
 use crate::error::{InstanceError, InstanceErrorKind};
 
 /// Pause before retrying undelivered persistent requests.
@@ -69,7 +69,9 @@ impl Instance {
         let connect_error = cfg.manager.last_error();
         let pool = r2d2::Pool::builder()
             .max_size(1)
-            .min_idle(Some(0))
+            // Connects at once, in the background: a new client's first
+            // calls wait for it (see connection::Warmup).
+            .min_idle(Some(1))
             .test_on_check_out(false)
             .idle_timeout(None)
             .max_lifetime(None)
@@ -221,15 +223,7 @@ impl Worker {
                 }
             }
             Err(e) => {
-                let err = match &*self.connect_error.lock() {
-                    Some(cause)
-                        if InstanceError::from_redis(&self.name, cause).kind()
-                            == InstanceErrorKind::Auth =>
-                    {
-                        InstanceError::from_redis(&self.name, cause)
-                    }
-                    _ => InstanceError::new(&self.name, InstanceErrorKind::Connect, e.to_string()),
-                };
+                let err = connect_failure(&self.name, &e, &self.connect_error);
                 vec![Err(err); batch.len()]
             }
         };
