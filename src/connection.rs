@@ -152,10 +152,24 @@ pub(crate) fn connect_failure(
 /// an instance answers NOSCRIPT (restart, SCRIPT FLUSH).
 pub(crate) fn load_scripts(conn: &mut Conn) -> Result<(), RedisError> {
     let mut pipe = redis::pipe();
+    // Error replies come back as values, so the first one is reported with
+    // its code (a pipeline error has none): NOPERM must read as an ACL
+    // refusal naming `script|load`.
+    pipe.ignore_errors();
     for source in crate::scripts::ALL_SOURCES {
         pipe.cmd("SCRIPT").arg("LOAD").arg(source);
     }
-    let result = pipe.query::<Vec<String>>(&mut conn.inner).map(drop);
+    let result = pipe
+        .query::<Vec<redis::Value>>(&mut conn.inner)
+        .and_then(|replies| {
+            match replies.into_iter().find_map(|v| match v {
+                redis::Value::ServerError(e) => Some(e),
+                _ => None,
+            }) {
+                Some(e) => Err(RedisError::from(e)),
+                None => Ok(()),
+            }
+        });
     if result.is_err() {
         conn.broken = true;
     }

@@ -221,6 +221,9 @@ impl InstanceErrorKind {
     }
 }
 
+/// How Redis 7.0 starts the error of a script whose call its ACL refused.
+const SCRIPT_ACL_REFUSAL: &str = "The user executing the script can't";
+
 /// The error of one instance, as part of [`Error::Unavailable`] or
 /// [`Error::WrongType`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -236,10 +239,21 @@ impl InstanceError {
         kind: InstanceErrorKind,
         detail: impl Into<String>,
     ) -> Self {
+        let mut detail = detail.into();
+        let mut kind = kind;
+        if kind == InstanceErrorKind::Server && detail.contains(SCRIPT_ACL_REFUSAL) {
+            // Redis 7.0 reports an ACL refusal inside a script as a plain
+            // ERR that does not name the command.
+            kind = InstanceErrorKind::Auth;
+            detail = format!(
+                "{detail} (the ACL user may not run a command or touch a key the redfence \
+                 scripts use: allow redfence::acl_rules)"
+            );
+        }
         InstanceError {
             instance: instance.into(),
             kind,
-            detail: detail.into(),
+            detail,
         }
     }
 

@@ -46,6 +46,10 @@ pub(crate) fn describe(err: &RedisError) -> Option<String> {
                  issuer): give the CA that signed it to tls_certificates (root_cert), or install \
                  it in the trust store"
                 .to_string(),
+            CertificateError::BadSignature => "the server's certificate is not trusted (not \
+                 signed by the CA it names): give the CA that signed it to tls_certificates \
+                 (root_cert)"
+                .to_string(),
             CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
                 "the server's certificate is not valid for this host name: connect with a name \
                  (or IP address) the certificate lists"
