@@ -6,8 +6,9 @@
 /// (Redis checks a script's calls against the caller's ACL too).
 ///
 /// - Sent directly: `ping` ([`Redlock::ping`](crate::Redlock::ping)),
-///   `evalsha` and `script|load` (the scripts), `subscribe` and
-///   `unsubscribe` (release notifications).
+///   `evalsha` and `script|load` (the scripts), `subscribe`, `unsubscribe`
+///   and `punsubscribe` (release notifications; redis-rs sends the last one
+///   when a subscriber connection is put down).
 /// - Called by the scripts: `get`, `set`, `del`, `pexpire`, `publish`,
 ///   `time`, and, in the current scripts only, `pttl` and `type`.
 /// - `incr` is reserved for the lock path being reworked; it is listed so
@@ -26,6 +27,9 @@ pub const ACL_COMMANDS: &[&str] = &[
     "publish",
     "subscribe",
     "unsubscribe",
+    // redis-rs sends it (with UNSUBSCRIBE) when a subscriber connection is
+    // put down; refused, it would only fill the ACL log.
+    "punsubscribe",
     "evalsha",
     "script|load",
     // Only the current acquire script's refusal path needs these.
