@@ -26,7 +26,7 @@ mod with_tls {
     use std::thread;
     use std::time::Duration;
 
-    use redfence::testing::{RedisCluster, RedisServer, ServerOptions, TestPki};
+    use redfence::testing::{Fault, FaultProxy, RedisCluster, RedisServer, ServerOptions, TestPki};
     use redfence::{Error, InstanceError, InstanceErrorKind, LockOptions, Redlock};
 
     fn tls_cluster(n: usize, client_auth: bool) -> RedisCluster {
@@ -113,6 +113,41 @@ mod with_tls {
         for (name, result) in first.ping() {
             assert!(result.is_ok(), "{name}: {result:?}");
         }
+    }
+
+    #[test]
+    fn first_calls_wait_for_handshakes_slower_than_the_instance_timeout() {
+        let cluster = tls_cluster(5, false);
+        // 40 ms each way: a request takes 80 ms, within the 200 ms instance
+        // timeout; a connection set-up needs at least three round trips
+        // (TLS, redis-rs's set-up, script loading), 240 ms: longer.
+        let proxies: Vec<FaultProxy> = cluster
+            .iter()
+            .map(|s| {
+                let proxy = FaultProxy::start(s.addr()).unwrap();
+                proxy.set_fault(Fault::Delay(Duration::from_millis(40)));
+                proxy
+            })
+            .collect();
+        let urls: Vec<String> = proxies
+            .iter()
+            .map(|p| format!("rediss://127.0.0.1:{}/", p.addr().port()))
+            .collect();
+        let build = || {
+            Redlock::builder(urls.clone())
+                .tls_certificates(cluster.tls_certificates().unwrap())
+                .instance_timeout(Duration::from_millis(200))
+                .build()
+                .unwrap()
+        };
+        let first = build();
+        let guard = first.try_lock("slow").expect("first call is granted");
+        let second = build();
+        match second.try_lock("slow") {
+            Err(Error::Contended { .. }) => {}
+            other => panic!("a fresh client's first call must see contention, got {other:?}"),
+        }
+        guard.release().unwrap();
     }
 
     #[test]
