@@ -78,6 +78,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_readme_shows_the_rules() {
+        let line = format!(
+            "ACL SETUSER redfence on >secret {}",
+            acl_rules("redfence:").join(" ")
+        );
+        assert!(include_str!("../README.md").contains(&line), "{line}");
+    }
+
+    #[test]
     fn rules_escape_glob_characters_of_the_prefix() {
         let rules = acl_rules("a*b:");
         assert_eq!(rules[1], "~a\\*b:*");
