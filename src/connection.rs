@@ -148,6 +148,25 @@ pub(crate) fn connect_failure(
     InstanceError::new(instance, InstanceErrorKind::Connect, pool_error.to_string())
 }
 
+/// How long a request may wait for a connection: `wait`, or nothing when
+/// the last attempt was refused for a reason that does not heal within a
+/// request (credentials, ACL, certificates). The worker then answers at once
+/// with that reason instead of holding later requests (a `ping`, say)
+/// behind a wait that cannot succeed; connecting goes on in the background.
+pub(crate) fn connect_wait(wait: Duration, last_error: &Mutex<Option<RedisError>>) -> Duration {
+    let refused = last_error.lock().as_ref().is_some_and(|cause| {
+        matches!(
+            InstanceError::from_redis("", cause).kind(),
+            InstanceErrorKind::Auth | InstanceErrorKind::Tls
+        )
+    });
+    if refused {
+        Duration::ZERO
+    } else {
+        wait
+    }
+}
+
 /// Loads every script so EVALSHA finds it; called on connect and whenever
 /// an instance answers NOSCRIPT (restart, SCRIPT FLUSH).
 pub(crate) fn load_scripts(conn: &mut Conn) -> Result<(), RedisError> {

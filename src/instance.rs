@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use redis::{ConnectionLike, Value};
 
-use crate::connection::{connect_failure, load_scripts, Conn, Manager};
+use crate::connection::{connect_failure, connect_wait, load_scripts, Conn, Manager};
 use crate::error::{InstanceError, InstanceErrorKind};
 
 /// Pause before retrying undelivered persistent requests.
@@ -202,6 +202,7 @@ impl Worker {
             return;
         };
         let wait = latest.saturating_duration_since(now).min(self.timeout);
+        let wait = connect_wait(wait, &self.connect_error);
         let results = match self.pool.get_timeout(wait) {
             Ok(mut conn) => {
                 let results = self.execute(&mut conn, batch);

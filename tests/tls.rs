@@ -193,6 +193,20 @@ mod with_tls {
     }
 
     #[test]
+    fn a_certificate_for_another_host_name_is_refused_with_the_tls_kind() {
+        let cluster = tls_cluster(3, false);
+        // The servers also listen on [::1]; their certificate names only
+        // 127.0.0.1 and localhost.
+        let urls: Vec<String> = cluster
+            .iter()
+            .map(|s| format!("rediss://[::1]:{}/", s.port()))
+            .collect();
+        let locks = client_with(urls, cluster.tls_certificates().unwrap());
+        let errors = unavailable(locks.try_lock("wrong-name"));
+        assert_tls_errors(&errors, "host name");
+    }
+
+    #[test]
     fn a_minority_of_stopped_tls_instances_still_locks() {
         let cluster = tls_cluster(5, false);
         let locks = client(&cluster);

@@ -49,8 +49,9 @@ pub struct ServerOptions {
     /// start-up (see [`TestPki`]; a [`RedisCluster`](super::RedisCluster)
     /// shares one CA among its servers). [`RedisServer::url`] is then a
     /// `rediss://` URL and [`RedisServer::tls_certificates`] what a client
-    /// needs. Needs the `tls-rustls` feature and the `openssl` command.
-    /// Defaults to `false`.
+    /// needs. The server also listens on `[::1]`, which its certificate
+    /// does not name, to test host name checks. Needs the `tls-rustls`
+    /// feature and the `openssl` command. Defaults to `false`.
     pub tls: bool,
     /// With `tls`: require a client certificate signed by the test CA
     /// (`--tls-auth-clients yes`). Defaults to `false`.
@@ -563,7 +564,14 @@ fn spawn_ready(
             cmd.arg("--port").arg(port.to_string());
         }
     }
-    cmd.args(["--bind", "127.0.0.1", "--save", ""])
+    if pki.is_some() {
+        // [::1] is an address the certificate does not name, for tests of
+        // host name checks; optional ("-"), as a machine may lack IPv6.
+        cmd.args(["--bind", "127.0.0.1", "-::1"]);
+    } else {
+        cmd.args(["--bind", "127.0.0.1"]);
+    }
+    cmd.args(["--save", ""])
         .arg("--dir")
         .arg(dir)
         .arg("--logfile")
