@@ -118,6 +118,8 @@ impl RedlockBuilder {
     /// instances are checked against the platform's roots (the bundled
     /// Mozilla roots with the `tls-rustls-webpki-roots` feature).
     ///
+    /// Available with the `tls-rustls` feature.
+    ///
     /// ```no_run
     /// # fn pem(_: &str) -> Vec<u8> { Vec::new() }
     /// use redfence::{redis, Redlock};
