@@ -382,7 +382,9 @@ impl RedlockBuilder {
 
 /// redis-rs refuses to parse a `rediss://` URL when built without TLS.
 fn is_tls_unsupported(err: &redis::RedisError) -> bool {
-    err.kind() == redis::ErrorKind::InvalidClientConfig && err.to_string().contains("TLS")
+    !cfg!(feature = "tls-rustls")
+        && err.kind() == redis::ErrorKind::InvalidClientConfig
+        && err.to_string().contains("TLS")
 }
 
 fn tls_feature_missing(index: usize) -> Error {
