@@ -4,12 +4,12 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{ConnectionInfo, IntoConnectionInfo, RedisResult};
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisResult};
 
 use crate::client::Redlock;
 use crate::clock::InstanceClock;
 use crate::config::{Config, MAX_FENCE_IDLE, MAX_TTL};
-use crate::connection::Manager;
+use crate::connection::{open_client, Manager, TlsSettings, Warmup};
 use crate::instance::{Instance, InstanceConfig};
 use crate::keys::validate_prefix;
 use crate::notify::Notifier;
@@ -59,6 +59,7 @@ pub struct RedlockBuilder {
     instances: Vec<RedisResult<ConnectionInfo>>,
     allow_even: bool,
     config: Config,
+    tls: TlsSettings,
 }
 
 impl RedlockBuilder {
@@ -74,6 +75,7 @@ impl RedlockBuilder {
                 .collect(),
             allow_even: false,
             config: Config::default(),
+            tls: TlsSettings::default(),
         }
     }
 
@@ -94,6 +96,50 @@ impl RedlockBuilder {
     /// Defaults to 50 ms.
     pub fn instance_timeout(mut self, timeout: Duration) -> Self {
         self.config.instance_timeout = timeout;
+        self
+    }
+
+    /// Longest time one connection set-up may take: TCP connect, TLS
+    /// handshake, authentication and script loading. Connections are set up
+    /// in the background, starting at [`build`](Self::build); a new client's
+    /// first calls wait for them up to this long after `build()` (less once
+    /// enough instances for a quorum are connected, or every instance's
+    /// first attempt failed), then calls never wait for set-up again.
+    ///
+    /// Defaults to 2 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.connect_timeout = timeout;
+        self
+    }
+
+    /// Certificates for every `rediss://` instance: `root_cert`, the CA to
+    /// trust instead of the platform's (or the bundled) roots, and
+    /// `client_tls`, a client certificate and key for servers that require
+    /// one (mutual TLS). Both are PEM. Without this call `rediss://`
+    /// instances are checked against the platform's roots (the bundled
+    /// Mozilla roots with the `tls-rustls-webpki-roots` feature).
+    ///
+    /// Available with the `tls-rustls` feature.
+    ///
+    /// ```no_run
+    /// # fn pem(_: &str) -> Vec<u8> { Vec::new() }
+    /// use redfence::{redis, Redlock};
+    ///
+    /// let certs = redis::TlsCertificates {
+    ///     client_tls: Some(redis::ClientTlsConfig {
+    ///         client_cert: pem("client.crt"),
+    ///         client_key: pem("client.key"),
+    ///     }),
+    ///     root_cert: Some(pem("ca.crt")),
+    /// };
+    /// let locks = Redlock::builder(["rediss://redfence:secret@10.0.0.1:6380"])
+    ///     .tls_certificates(certs)
+    ///     .build()?;
+    /// # Ok::<(), redfence::Error>(())
+    /// ```
+    #[cfg(feature = "tls-rustls")]
+    pub fn tls_certificates(mut self, certificates: redis::TlsCertificates) -> Self {
+        self.tls = Some(certificates);
         self
     }
 
@@ -187,12 +233,21 @@ impl RedlockBuilder {
         self
     }
 
-    /// Validates the configuration and starts the client's workers and
-    /// watchdog. Does not connect: instances that are down now are simply
-    /// unavailable until they come back.
+    /// Validates the configuration, starts the client's workers and
+    /// watchdog, and starts connecting in the background. Does not fail
+    /// for instances that are down: they are unavailable until they come
+    /// back.
     pub fn build(self) -> Result<Redlock, Error> {
         let infos = self.validate()?;
         let cfg = self.config;
+        let mut clients = Vec::with_capacity(infos.len());
+        for (index, info) in infos.iter().enumerate() {
+            let client = open_client(info.clone(), &self.tls).map_err(|e| {
+                Error::invalid_config(format!("instance #{index} ({}): {e}", instance_name(info)))
+            })?;
+            clients.push(client);
+        }
+        let warmup = Warmup::new(infos.len(), cfg.connect_timeout);
         // r2d2 (re)connects in these threads, one per instance so a hung
         // instance does not hold up reconnecting to the others.
         let pool_threads = Arc::new(
@@ -201,15 +256,20 @@ impl RedlockBuilder {
                 .thread_name_pattern("redfence-connect-{}")
                 .build(),
         );
-        let notifier = Notifier::start(infos.clone(), cfg.instance_timeout)
+        let notifier = Notifier::start(clients.clone(), cfg.connect_timeout, cfg.instance_timeout)
             .map_err(|e| Error::invalid_config(format!("cannot start a subscriber thread: {e}")))?;
         let mut list = Vec::with_capacity(infos.len());
         let mut clocks = Vec::with_capacity(infos.len());
-        for (index, info) in infos.into_iter().enumerate() {
-            let name = instance_name(&info);
+        for (index, (info, client)) in infos.iter().zip(clients).enumerate() {
+            let name = instance_name(info);
             let clock = Arc::new(InstanceClock::default());
-            let manager = Manager::new(info, cfg.instance_timeout, Arc::clone(&clock))
-                .map_err(|e| Error::invalid_config(format!("instance #{index} ({name}): {e}")))?;
+            let manager = Manager::new(
+                client,
+                cfg.connect_timeout,
+                cfg.instance_timeout,
+                Arc::clone(&warmup),
+                Arc::clone(&clock),
+            );
             let instance = Instance::start(InstanceConfig {
                 index,
                 name,
@@ -224,7 +284,7 @@ impl RedlockBuilder {
             list.push(instance);
             clocks.push(clock);
         }
-        let shared = Shared::new(cfg, Instances::new(list, clocks));
+        let shared = Shared::new(cfg, Instances::new(list, clocks), warmup);
         Redlock::start(shared, notifier)
     }
 
@@ -236,10 +296,21 @@ impl RedlockBuilder {
         let mut seen = HashSet::new();
         for (index, parsed) in self.instances.iter().enumerate() {
             let info = parsed.as_ref().map_err(|e| {
-                Error::invalid_config(format!(
-                    "instance #{index} is not a valid Redis address: {e}"
-                ))
+                if is_tls_unsupported(e) {
+                    tls_feature_missing(index)
+                } else {
+                    Error::invalid_config(format!(
+                        "instance #{index} is not a valid Redis address: {e}"
+                    ))
+                }
             })?;
+            if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) && !cfg!(feature = "tls-rustls")
+            {
+                // Another crate may have switched on redis-rs's TLS; without
+                // ours, `tls_certificates` does not exist and the crypto
+                // provider is not chosen.
+                return Err(tls_feature_missing(index));
+            }
             let name = instance_name(info);
             if !seen.insert(name.clone()) {
                 return Err(Error::invalid_config(format!(
@@ -256,8 +327,26 @@ impl RedlockBuilder {
                 infos.len() - 1
             )));
         }
+        #[cfg(feature = "tls-rustls")]
+        if self.tls.is_some()
+            && !infos
+                .iter()
+                .any(|i| matches!(i.addr(), ConnectionAddr::TcpTls { .. }))
+        {
+            return Err(Error::invalid_config(
+                "tls_certificates was given but no instance is a rediss:// URL: the certificates \
+                 would not be used and the connections would not be encrypted",
+            ));
+        }
         let cfg = &self.config;
         validate_prefix(&cfg.prefix)?;
+        if cfg.connect_timeout < Duration::from_millis(1)
+            || cfg.connect_timeout > Duration::from_secs(3600)
+        {
+            return Err(Error::invalid_config(
+                "connect_timeout must be between 1 ms and 1 hour",
+            ));
+        }
         if cfg.instance_timeout < Duration::from_millis(1) || cfg.instance_timeout > MAX_TTL {
             return Err(Error::invalid_config(
                 "instance_timeout must be between 1 ms and 30 days (and far below the TTL)",
@@ -295,6 +384,20 @@ impl RedlockBuilder {
         })?;
         Ok(infos)
     }
+}
+
+/// redis-rs refuses to parse a `rediss://` URL when built without TLS.
+fn is_tls_unsupported(err: &redis::RedisError) -> bool {
+    !cfg!(feature = "tls-rustls")
+        && err.kind() == redis::ErrorKind::InvalidClientConfig
+        && err.to_string().contains("TLS")
+}
+
+fn tls_feature_missing(index: usize) -> Error {
+    Error::invalid_config(format!(
+        "instance #{index} is a rediss:// (TLS) URL, but redfence was built without TLS: \
+         enable its `tls-rustls` feature (or `tls-rustls-webpki-roots`)"
+    ))
 }
 
 /// `host:port/db`, never with credentials: it appears in errors and logs.

@@ -156,6 +156,7 @@ impl Redlock {
     fn acquire(&self, target: Target, options: LockOptions) -> Result<Arc<Lease>, Error> {
         let shared = self.shared();
         shared.cfg.validate(&options)?;
+        shared.warmup.wait();
         let channels: Vec<&str> = target
             .members
             .iter()
@@ -257,6 +258,7 @@ impl Redlock {
     /// dropped guard's release, say) were processed there.
     pub fn ping(&self) -> Vec<(String, Result<Duration, InstanceError>)> {
         let shared = self.shared();
+        shared.warmup.wait();
         let start = Instant::now();
         let deadline = shared.round_deadline();
         let packed: Arc<[u8]> = redis::cmd("PING").get_packed_command().into();

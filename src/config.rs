@@ -12,11 +12,18 @@ pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Longest fencing counter idle time accepted.
 pub(crate) const MAX_FENCE_IDLE: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
+/// Default bound of one connection set-up: TCP connect, TLS handshake,
+/// authentication and script loading. Generous, because set-up runs in the
+/// background and only a new client's first calls wait for it; a TLS
+/// handshake on a loaded machine takes far longer than a lock request.
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// The settings a client runs with, after validation.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub prefix: String,
     pub instance_timeout: Duration,
+    pub connect_timeout: Duration,
     pub drift_factor: f64,
     pub drift_floor: Duration,
     pub retry_delay: Duration,
@@ -74,6 +81,7 @@ impl Default for Config {
         Config {
             prefix: "redfence:".to_string(),
             instance_timeout: Duration::from_millis(50),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             drift_factor: 0.01,
             drift_floor: Duration::from_millis(2),
             retry_delay: Duration::from_millis(100),

@@ -1,14 +1,48 @@
-//! Connections to one instance: an r2d2 manager that sets timeouts,
-//! preloads the scripts and reads the instance's clock.
+//! Connections to one instance: the one way every connection is opened
+//! (TLS included), an r2d2 manager that sets timeouts, preloads the
+//! scripts and reads the instance's clock, and the warm-up that lets a new
+//! client's first calls wait for connections being set up.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
-use redis::{ConnectionInfo, ConnectionLike, ErrorKind, RedisError, Value};
+use redis::{ConnectionInfo, ConnectionLike, ErrorKind, RedisError, RedisResult, Value};
 
 use crate::clock::InstanceClock;
+
+use crate::error::{InstanceError, InstanceErrorKind};
+
+/// TLS settings of a client: the certificates for its `rediss://`
+/// instances, if the builder was given any.
+#[cfg(feature = "tls-rustls")]
+pub(crate) type TlsSettings = Option<redis::TlsCertificates>;
+/// Without a TLS feature there is nothing to configure.
+#[cfg(not(feature = "tls-rustls"))]
+pub(crate) type TlsSettings = ();
+
+/// A client for one instance, the only place where one is made, so worker
+/// and subscriber connections share the TLS set-up.
+pub(crate) fn open_client(info: ConnectionInfo, tls: &TlsSettings) -> RedisResult<redis::Client> {
+    #[cfg(feature = "tls-rustls")]
+    return crate::tls::open_client(info, tls.as_ref());
+    #[cfg(not(feature = "tls-rustls"))]
+    {
+        let () = tls;
+        redis::Client::open(info)
+    }
+}
+
+/// Opens a connection; `timeout` bounds the TCP connect, the TLS handshake
+/// and authentication together. The connection comes back without read or
+/// write timeouts: callers set their own.
+pub(crate) fn connect(client: &redis::Client, timeout: Duration) -> RedisResult<redis::Connection> {
+    #[cfg(feature = "tls-rustls")]
+    crate::tls::ensure_crypto_provider();
+    client.get_connection_with_timeout(timeout)
+}
 
 /// A connection plus what we learnt about its health. A connection on which
 /// a command timed out or failed mid-way is never reused: a late reply would
@@ -22,26 +56,36 @@ pub(crate) struct Conn {
 
 pub(crate) struct Manager {
     client: redis::Client,
+    connect_timeout: Duration,
     timeout: Duration,
     /// Why the last connection attempt failed: r2d2 only passes on a
-    /// message, and the worker wants to tell a refused password from a
-    /// refused connection.
+    /// message, and the worker wants to tell a refused password or
+    /// certificate from a refused connection.
     last_error: Arc<Mutex<Option<RedisError>>>,
+    warmup: Arc<Warmup>,
+    reported: AtomicBool,
     clock: Arc<InstanceClock>,
 }
 
 impl Manager {
+    /// `connect_timeout` bounds a whole connection set-up (handshake,
+    /// authentication, script loading); `timeout` every command after it.
     pub fn new(
-        info: ConnectionInfo,
+        client: redis::Client,
+        connect_timeout: Duration,
         timeout: Duration,
+        warmup: Arc<Warmup>,
         clock: Arc<InstanceClock>,
-    ) -> Result<Self, RedisError> {
-        Ok(Manager {
-            client: redis::Client::open(info)?,
+    ) -> Self {
+        Manager {
+            client,
+            connect_timeout,
             timeout,
             last_error: Arc::default(),
+            warmup,
+            reported: AtomicBool::new(false),
             clock,
-        })
+        }
     }
 
     pub fn last_error(&self) -> Arc<Mutex<Option<RedisError>>> {
@@ -49,9 +93,16 @@ impl Manager {
     }
 
     fn try_connect(&self) -> Result<Conn, RedisError> {
-        let inner = self.client.get_connection_with_timeout(self.timeout)?;
-        inner.set_read_timeout(Some(self.timeout))?;
-        inner.set_write_timeout(Some(self.timeout))?;
+        let start = Instant::now();
+        let inner = connect(&self.client, self.connect_timeout)?;
+        // Script loading is part of the set-up: it gets what is left of the
+        // connect budget, not the short per-command timeout.
+        let left = self
+            .connect_timeout
+            .saturating_sub(start.elapsed())
+            .max(Duration::from_millis(1));
+        inner.set_read_timeout(Some(left))?;
+        inner.set_write_timeout(Some(left))?;
         let mut conn = Conn {
             inner,
             broken: false,
@@ -70,6 +121,8 @@ impl Manager {
             )));
         }
         conn.clock_read = sent;
+        conn.inner.set_read_timeout(Some(self.timeout))?;
+        conn.inner.set_write_timeout(Some(self.timeout))?;
         Ok(conn)
     }
 }
@@ -81,6 +134,9 @@ impl r2d2::ManageConnection for Manager {
     fn connect(&self) -> Result<Conn, RedisError> {
         let result = self.try_connect();
         *self.last_error.lock() = result.as_ref().err().cloned();
+        if !self.reported.swap(true, Ordering::AcqRel) {
+            self.warmup.report(result.is_ok());
+        }
         result
     }
 
@@ -95,16 +151,157 @@ impl r2d2::ManageConnection for Manager {
     }
 }
 
+/// The error for a request that got no connection: the cause of the last
+/// failed attempt when it tells the operator what to fix (credentials,
+/// permissions, certificates), otherwise the pool's own message.
+pub(crate) fn connect_failure(
+    instance: &str,
+    pool_error: &r2d2::Error,
+    last_error: &Mutex<Option<RedisError>>,
+) -> InstanceError {
+    if let Some(cause) = &*last_error.lock() {
+        let err = InstanceError::from_redis(instance, cause);
+        if matches!(err.kind(), InstanceErrorKind::Auth | InstanceErrorKind::Tls) {
+            return err;
+        }
+    }
+    InstanceError::new(instance, InstanceErrorKind::Connect, pool_error.to_string())
+}
+
+/// How long a request may wait for a connection: `wait`, or nothing when
+/// the last attempt was refused for a reason that does not heal within a
+/// request (credentials, ACL, certificates). The worker then answers at once
+/// with that reason instead of holding later requests (a `ping`, say)
+/// behind a wait that cannot succeed; connecting goes on in the background.
+pub(crate) fn connect_wait(wait: Duration, last_error: &Mutex<Option<RedisError>>) -> Duration {
+    let refused = last_error.lock().as_ref().is_some_and(|cause| {
+        matches!(
+            InstanceError::from_redis("", cause).kind(),
+            InstanceErrorKind::Auth | InstanceErrorKind::Tls
+        )
+    });
+    if refused {
+        Duration::ZERO
+    } else {
+        wait
+    }
+}
+
 /// Loads every script so EVALSHA finds it; called on connect and whenever
 /// an instance answers NOSCRIPT (restart, SCRIPT FLUSH).
 pub(crate) fn load_scripts(conn: &mut Conn) -> Result<(), RedisError> {
     let mut pipe = redis::pipe();
+    // Error replies come back as values, so the first one is reported with
+    // its code (a pipeline error has none): NOPERM must read as an ACL
+    // refusal naming `script|load`.
+    pipe.ignore_errors();
     for source in crate::scripts::ALL_SOURCES {
         pipe.cmd("SCRIPT").arg("LOAD").arg(source);
     }
-    let result = pipe.query::<Vec<String>>(&mut conn.inner).map(drop);
+    let result = pipe
+        .query::<Vec<redis::Value>>(&mut conn.inner)
+        .and_then(|replies| {
+            match replies.into_iter().find_map(|v| match v {
+                redis::Value::ServerError(e) => Some(e),
+                _ => None,
+            }) {
+                Some(e) => Err(RedisError::from(e)),
+                None => Ok(()),
+            }
+        });
     if result.is_err() {
         conn.broken = true;
     }
     result
+}
+
+/// The first connection attempt of every instance of a new client, started
+/// at `build()`. A TLS handshake does not fit in the short per-instance
+/// timeout, so the first calls wait here, until enough connections are up
+/// for a quorum, every instance's first attempt ended, or the connect
+/// timeout since `build()` passed; from then on calls never wait here.
+pub(crate) struct Warmup {
+    open: AtomicBool,
+    counts: Mutex<Counts>,
+    changed: Condvar,
+    total: usize,
+    quorum: usize,
+    deadline: Instant,
+}
+
+#[derive(Default)]
+struct Counts {
+    up: usize,
+    done: usize,
+}
+
+impl Warmup {
+    pub fn new(total: usize, connect_timeout: Duration) -> Arc<Self> {
+        Arc::new(Warmup {
+            open: AtomicBool::new(false),
+            counts: Mutex::default(),
+            changed: Condvar::new(),
+            total,
+            quorum: total / 2 + 1,
+            deadline: Instant::now() + connect_timeout,
+        })
+    }
+
+    fn report(&self, up: bool) {
+        let mut counts = self.counts.lock();
+        counts.done += 1;
+        counts.up += usize::from(up);
+        self.changed.notify_all();
+    }
+
+    /// Waits, at most until the connect timeout since `build()` passed, for
+    /// the first connections.
+    pub fn wait(&self) {
+        if self.open.load(Ordering::Acquire) {
+            return;
+        }
+        let mut counts = self.counts.lock();
+        while counts.up < self.quorum && counts.done < self.total {
+            if self
+                .changed
+                .wait_until(&mut counts, self.deadline)
+                .timed_out()
+            {
+                break;
+            }
+        }
+        self.open.store(true, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warmup_opens_at_quorum_and_at_its_deadline() {
+        let warm = Warmup::new(3, Duration::from_secs(60));
+        warm.report(true);
+        warm.report(true);
+        let start = Instant::now();
+        warm.wait();
+        assert!(start.elapsed() < Duration::from_secs(30));
+
+        let cold = Warmup::new(3, Duration::from_millis(20));
+        cold.report(true);
+        cold.wait();
+        assert!(Instant::now() >= cold.deadline);
+        assert!(cold.open.load(Ordering::Acquire));
+    }
+
+    #[test]
+    fn warmup_opens_when_every_attempt_ended() {
+        let down = Warmup::new(3, Duration::from_secs(60));
+        for _ in 0..3 {
+            down.report(false);
+        }
+        let start = Instant::now();
+        down.wait();
+        assert!(start.elapsed() < Duration::from_secs(30));
+    }
 }

@@ -191,8 +191,13 @@ pub enum InstanceErrorKind {
     Timeout,
     /// The connection could not be established.
     Connect,
-    /// The instance refused our credentials.
+    /// The instance refused our credentials, or its ACL does not allow a
+    /// command, key or channel redfence needs (the detail names it).
     Auth,
+    /// The TLS connection could not be set up: the server's certificate is
+    /// not trusted or not valid for the host name, or the server wants a
+    /// client certificate it did not get (the detail says which).
+    Tls,
     /// A key held a value of another type.
     WrongType,
     /// The connection failed while a command was under way.
@@ -216,6 +221,9 @@ impl InstanceErrorKind {
     }
 }
 
+/// How Redis 7.0 starts the error of a script whose call its ACL refused.
+const SCRIPT_ACL_REFUSAL: &str = "The user executing the script can't";
+
 /// The error of one instance, as part of [`Error::Unavailable`] or
 /// [`Error::WrongType`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -231,21 +239,36 @@ impl InstanceError {
         kind: InstanceErrorKind,
         detail: impl Into<String>,
     ) -> Self {
+        let mut detail = detail.into();
+        let mut kind = kind;
+        if kind == InstanceErrorKind::Server && detail.contains(SCRIPT_ACL_REFUSAL) {
+            // Redis 7.0 reports an ACL refusal inside a script as a plain
+            // ERR that does not name the command.
+            kind = InstanceErrorKind::Auth;
+            detail = format!(
+                "{detail} (the ACL user may not run a command or touch a key the redfence \
+                 scripts use: allow redfence::acl_rules)"
+            );
+        }
         InstanceError {
             instance: instance.into(),
             kind,
-            detail: detail.into(),
+            detail,
         }
     }
 
     pub(crate) fn from_redis(instance: &str, err: &redis::RedisError) -> Self {
         use redis::ErrorKind as K;
+        #[cfg(feature = "tls-rustls")]
+        if let Some(detail) = crate::tls::describe(err) {
+            return InstanceError::new(instance, InstanceErrorKind::Tls, detail);
+        }
         let kind = if err.is_timeout() {
             InstanceErrorKind::Timeout
         } else if err.kind() == K::AuthenticationFailed
             || err
                 .code()
-                .is_some_and(|c| c == "NOAUTH" || c == "WRONGPASS")
+                .is_some_and(|c| c == "NOAUTH" || c == "WRONGPASS" || c == "NOPERM")
         {
             InstanceErrorKind::Auth
         } else if err.code() == Some("WRONGTYPE") {

@@ -15,7 +15,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use redis::{ConnectionLike, Value};
 
 use crate::clock::{self, InstanceClock};
-use crate::connection::{load_scripts, Conn, Manager};
+use crate::connection::{connect_failure, connect_wait, load_scripts, Conn, Manager};
 use crate::error::{InstanceError, InstanceErrorKind};
 
 /// Pause before retrying undelivered persistent requests.
@@ -91,7 +91,9 @@ impl Instance {
         let connect_error = cfg.manager.last_error();
         let pool = r2d2::Pool::builder()
             .max_size(1)
-            .min_idle(Some(0))
+            // Connects at once, in the background: a new client's first
+            // calls wait for it (see connection::Warmup).
+            .min_idle(Some(1))
             .test_on_check_out(false)
             .idle_timeout(None)
             .max_lifetime(None)
@@ -228,6 +230,7 @@ impl Worker {
             return;
         };
         let wait = latest.saturating_duration_since(now).min(self.timeout);
+        let wait = connect_wait(wait, &self.connect_error);
         let results = match self.pool.get_timeout(wait) {
             Ok(mut conn) => {
                 let results = self.execute(&mut conn, batch);
@@ -249,15 +252,7 @@ impl Worker {
                 }
             }
             Err(e) => {
-                let err = match &*self.connect_error.lock() {
-                    Some(cause)
-                        if InstanceError::from_redis(&self.name, cause).kind()
-                            == InstanceErrorKind::Auth =>
-                    {
-                        InstanceError::from_redis(&self.name, cause)
-                    }
-                    _ => InstanceError::new(&self.name, InstanceErrorKind::Connect, e.to_string()),
-                };
+                let err = connect_failure(&self.name, &e, &self.connect_error);
                 vec![Err(err); batch.len()]
             }
         };

@@ -103,6 +103,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod acl;
 mod acquire;
 mod builder;
 mod client;
@@ -122,6 +123,8 @@ mod retry;
 mod scripts;
 mod shared;
 pub mod sql;
+#[cfg(feature = "tls-rustls")]
+mod tls;
 mod token;
 mod watchdog;
 
@@ -140,6 +143,7 @@ pub use crossbeam_channel;
 /// connection URLs.
 pub use redis;
 
+pub use acl::{acl_rules, ACL_COMMANDS};
 pub use builder::RedlockBuilder;
 pub use client::Redlock;
 pub use config::MAX_TTL;

@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use parking_lot::Mutex;
-use redis::ConnectionInfo;
 
 /// How often a subscriber with active subscriptions looks for new waiters
 /// while no message arrives.
@@ -50,14 +49,21 @@ pub(crate) struct Notifier {
 }
 
 impl Notifier {
-    pub fn start(instances: Vec<ConnectionInfo>, timeout: Duration) -> std::io::Result<Self> {
+    /// One subscriber thread per instance client; `connect_timeout` bounds
+    /// a connection set-up, `timeout` every command after it.
+    pub fn start(
+        instances: Vec<redis::Client>,
+        connect_timeout: Duration,
+        timeout: Duration,
+    ) -> std::io::Result<Self> {
         let registry = Arc::new(Registry::default());
         let mut kicks = Vec::new();
         let mut threads = Vec::new();
-        for (index, info) in instances.into_iter().enumerate() {
+        for (index, client) in instances.into_iter().enumerate() {
             let (kick_tx, kick_rx) = crossbeam_channel::bounded(1);
             let subscriber = Subscriber {
-                info,
+                client,
+                connect_timeout,
                 timeout,
                 registry: Arc::clone(&registry),
                 kicks: kick_rx,
@@ -188,7 +194,8 @@ impl Drop for Watch<'_> {
 }
 
 struct Subscriber {
-    info: ConnectionInfo,
+    client: redis::Client,
+    connect_timeout: Duration,
     timeout: Duration,
     registry: Arc<Registry>,
     kicks: Receiver<()>,
@@ -222,10 +229,7 @@ impl Subscriber {
     /// Runs one subscriber connection until nobody waits, it fails, or the
     /// client stops.
     fn serve(&mut self) -> Stop {
-        let Ok(client) = redis::Client::open(self.info.clone()) else {
-            return Stop::Failed;
-        };
-        let Ok(mut conn) = client.get_connection_with_timeout(self.timeout) else {
+        let Ok(mut conn) = crate::connection::connect(&self.client, self.connect_timeout) else {
             return Stop::Failed;
         };
         if conn.set_write_timeout(Some(self.timeout)).is_err() {

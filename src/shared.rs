@@ -2,9 +2,11 @@
 //! below the operations (client, acquire, lease, watchdog), so a lock call
 //! walks down the floors without climbing back.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::config::Config;
+use crate::connection::Warmup;
 use crate::quorum::Instances;
 
 /// Settings and the instances' workers, shared by the client's clones, its
@@ -12,11 +14,17 @@ use crate::quorum::Instances;
 pub(crate) struct Shared {
     pub cfg: Config,
     pub instances: Instances,
+    /// The first connections of a new client, which its first calls wait for.
+    pub warmup: Arc<Warmup>,
 }
 
 impl Shared {
-    pub fn new(cfg: Config, instances: Instances) -> Self {
-        Shared { cfg, instances }
+    pub fn new(cfg: Config, instances: Instances, warmup: Arc<Warmup>) -> Self {
+        Shared {
+            cfg,
+            instances,
+            warmup,
+        }
     }
 
     /// Deadline of one round of requests started now.

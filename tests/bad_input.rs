@@ -55,6 +55,10 @@ fn configuration_mistakes_are_refused_with_a_reason() {
             .build(),
     );
     assert!(timeout.contains("instance_timeout"), "{timeout}");
+    for connect in [Duration::ZERO, Duration::MAX] {
+        let err = config_error(Redlock::builder(one).connect_timeout(connect).build());
+        assert!(err.contains("connect_timeout"), "{err}");
+    }
     for huge in [
         Redlock::builder(one)
             .instance_timeout(Duration::MAX)

@@ -43,11 +43,16 @@ fn dropping_the_client_stops_every_thread() {
     assert!(client_threads().is_empty(), "{:?}", client_threads());
     let locks = client(&cluster);
     let guard = locks.lock("threads").unwrap();
-    let names = client_threads();
+    // A thread names itself once it first runs, which on a loaded machine
+    // can be after the lock call returned.
     assert!(
-        names.iter().any(|n| n.starts_with("redfence-watchd")),
-        "{names:?}"
+        eventually(Duration::from_secs(5), || client_threads()
+            .iter()
+            .any(|n| n.starts_with("redfence-watchd"))),
+        "{:?}",
+        client_threads()
     );
+    let names = client_threads();
     assert_eq!(
         names
             .iter()

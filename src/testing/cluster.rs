@@ -3,6 +3,7 @@
 use std::io;
 use std::thread;
 
+use super::pki::TestPki;
 use super::server::{RedisServer, ServerOptions};
 
 /// N independent `redis-server` processes (not a Redis Cluster: no
@@ -44,15 +45,23 @@ impl RedisCluster {
                 "a cluster needs at least one server",
             ));
         }
+        // One CA for all servers, so one set of client certificates fits
+        // the whole cluster.
+        let pki = if options.tls {
+            Some(std::sync::Arc::new(TestPki::generate()?))
+        } else {
+            None
+        };
         // Each start waits for its server to answer; in parallel, N servers
         // take as long as one.
         let results: Vec<io::Result<RedisServer>> = thread::scope(|scope| {
             let handles: Vec<_> = (0..n)
                 .map(|i| {
                     let options = options.clone();
+                    let pki = pki.clone();
                     thread::Builder::new()
                         .name(format!("redfence-cluster-start-{i}"))
-                        .spawn_scoped(scope, move || RedisServer::try_start_with(options))
+                        .spawn_scoped(scope, move || RedisServer::try_start_sharing(options, pki))
                 })
                 .collect();
             handles
@@ -84,6 +93,27 @@ impl RedisCluster {
     /// The connection URLs of all servers, in index order.
     pub fn urls(&self) -> Vec<String> {
         self.servers.iter().map(RedisServer::url).collect()
+    }
+
+    /// The connection URLs of all servers for an ACL user (see
+    /// [`RedisServer::url_as`]), in index order.
+    pub fn urls_as(&self, user: &str, password: &str) -> Vec<String> {
+        self.servers
+            .iter()
+            .map(|s| s.url_as(user, password))
+            .collect()
+    }
+
+    /// The certificates shared by the servers of a TLS cluster.
+    pub fn pki(&self) -> Option<&TestPki> {
+        self.servers.first().and_then(RedisServer::pki)
+    }
+
+    /// What a client of this TLS cluster needs: the test CA and the client
+    /// certificate. `None` without [`ServerOptions::tls`].
+    #[cfg(feature = "tls-rustls")]
+    pub fn tls_certificates(&self) -> Option<redis::TlsCertificates> {
+        self.pki().map(|pki| pki.certificates(true))
     }
 
     /// The server at index `i`.

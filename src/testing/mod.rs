@@ -16,6 +16,10 @@
 //! - [`FaultProxy`]: a TCP proxy in front of any address that adds latency,
 //!   black-holes traffic, resets connections or drops replies after the
 //!   request was applied (see [`Fault`]).
+//! - [`ServerOptions`] also starts servers that speak TLS only, with
+//!   certificates made at start-up ([`TestPki`], needs the `tls-rustls`
+//!   feature and the `openssl` command), optionally requiring client
+//!   certificates, and with ACL users.
 //! - [`FencedStore`]: an in-memory downstream store that refuses stale
 //!   fencing tokens and logs every accepted write, to check what a lock
 //!   actually protected.
@@ -55,12 +59,14 @@
 
 mod cluster;
 mod fenced_store;
+mod pki;
 mod postgres;
 mod proxy;
 mod server;
 
 pub use cluster::RedisCluster;
 pub use fenced_store::{AcceptedWrite, FencedStore, StaleToken};
+pub use pki::TestPki;
 pub use postgres::PostgresServer;
 pub use proxy::{Fault, FaultProxy};
 pub use server::{RedisServer, ServerOptions};

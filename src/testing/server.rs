@@ -8,10 +8,13 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+
+use super::pki::TestPki;
 
 /// What to tell a user whose machine lacks the server binary; spelled out so
 /// a failing test suite says how to fix it instead of "No such file".
@@ -42,6 +45,22 @@ static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
 /// `ServerOptions { aof_fsync_always: true, ..Default::default() }`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ServerOptions {
+    /// Serve TLS only (`--tls-port`, `--port 0`), with certificates made at
+    /// start-up (see [`TestPki`]; a [`RedisCluster`](super::RedisCluster)
+    /// shares one CA among its servers). [`RedisServer::url`] is then a
+    /// `rediss://` URL and [`RedisServer::tls_certificates`] what a client
+    /// needs. The server also listens on `[::1]`, which its certificate
+    /// does not name, to test host name checks. Needs the `tls-rustls`
+    /// feature and the `openssl` command. Defaults to `false`.
+    pub tls: bool,
+    /// With `tls`: require a client certificate signed by the test CA
+    /// (`--tls-auth-clients yes`). Defaults to `false`.
+    pub tls_auth_clients: bool,
+    /// ACL users, one rule line each as after `ACL SETUSER`, e.g.
+    /// `"app on >secret ~app:* +@all"` (passed as `--user`). The default
+    /// user keeps every right, for the harness's own connections. Defaults
+    /// to none.
+    pub acl_users: Vec<String>,
     /// Persist every write before replying (`--appendonly yes --appendfsync
     /// always`), so data survives [`RedisServer::kill`] and
     /// [`RedisServer::restart`]. Defaults to `false`: no persistence at all,
@@ -66,6 +85,7 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     options: ServerOptions,
+    pki: Option<Arc<TestPki>>,
     /// `None` after [`kill`](Self::kill) until the next restart.
     child: Mutex<Option<Child>>,
     stopped: AtomicBool,
@@ -99,6 +119,32 @@ impl RedisServer {
     /// `PATH`, or with an error quoting the server log if it does not come
     /// up within 10 s.
     pub fn try_start_with(options: ServerOptions) -> io::Result<RedisServer> {
+        Self::try_start_sharing(options, None)
+    }
+
+    /// As [`try_start_with`](Self::try_start_with); a TLS server uses `pki`
+    /// if given, or makes its own.
+    pub(crate) fn try_start_sharing(
+        options: ServerOptions,
+        pki: Option<Arc<TestPki>>,
+    ) -> io::Result<RedisServer> {
+        if options.tls_auth_clients && !options.tls {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "ServerOptions::tls_auth_clients needs ServerOptions::tls",
+            ));
+        }
+        if options.tls && !cfg!(feature = "tls-rustls") {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "ServerOptions::tls needs redfence's `tls-rustls` feature",
+            ));
+        }
+        let pki = match (options.tls, pki) {
+            (false, _) => None,
+            (true, Some(pki)) => Some(pki),
+            (true, None) => Some(Arc::new(TestPki::generate()?)),
+        };
         let dir = make_temp_dir("redfence-redis")?;
         let mut last_error = None;
         for _ in 0..START_ATTEMPTS {
@@ -109,12 +155,19 @@ impl RedisServer {
                     continue;
                 }
             };
-            match spawn_ready(port, &dir, &options, Instant::now() + READY_DEADLINE) {
+            match spawn_ready(
+                port,
+                &dir,
+                &options,
+                pki.as_deref(),
+                Instant::now() + READY_DEADLINE,
+            ) {
                 Ok(child) => {
                     return Ok(RedisServer {
                         port,
                         dir,
                         options,
+                        pki,
                         child: Mutex::new(Some(child)),
                         stopped: AtomicBool::new(false),
                     })
@@ -141,12 +194,32 @@ impl RedisServer {
     }
 
     /// The connection URL: `redis://127.0.0.1:P/`, or
-    /// `redis://:password@127.0.0.1:P/` when a password is set.
+    /// `redis://:password@127.0.0.1:P/` when a password is set; `rediss://`
+    /// with [`ServerOptions::tls`].
     pub fn url(&self) -> String {
-        match &self.options.password {
-            Some(pw) => format!("redis://:{pw}@127.0.0.1:{}/", self.port),
-            None => format!("redis://127.0.0.1:{}/", self.port),
-        }
+        server_url(self.port, &self.options)
+    }
+
+    /// The connection URL for an ACL user:
+    /// `redis://user:password@127.0.0.1:P/` (`rediss://` with TLS).
+    pub fn url_as(&self, user: &str, password: &str) -> String {
+        format!(
+            "{}://{user}:{password}@127.0.0.1:{}/",
+            scheme(&self.options),
+            self.port
+        )
+    }
+
+    /// The certificates of a TLS server ([`ServerOptions::tls`]).
+    pub fn pki(&self) -> Option<&TestPki> {
+        self.pki.as_deref()
+    }
+
+    /// What a client of this TLS server needs: the test CA and the client
+    /// certificate. `None` without [`ServerOptions::tls`].
+    #[cfg(feature = "tls-rustls")]
+    pub fn tls_certificates(&self) -> Option<redis::TlsCertificates> {
+        self.pki().map(|pki| pki.certificates(true))
     }
 
     /// The options the server was started with.
@@ -243,7 +316,13 @@ impl RedisServer {
         // reaped, so the same port is retried until the deadline.
         let deadline = Instant::now() + READY_DEADLINE;
         loop {
-            match spawn_ready(self.port, &self.dir, &self.options, deadline) {
+            match spawn_ready(
+                self.port,
+                &self.dir,
+                &self.options,
+                self.pki.as_deref(),
+                deadline,
+            ) {
                 Ok(c) => {
                     *child = Some(c);
                     return Ok(());
@@ -282,7 +361,7 @@ impl RedisServer {
     /// A new connection with 2 s connect, read and write timeouts, using the
     /// password if one is set.
     pub fn try_connection(&self) -> redis::RedisResult<redis::Connection> {
-        connect(&self.url(), IO_TIMEOUT)
+        connect(&self.url(), self.pki(), IO_TIMEOUT)
     }
 
     /// Sends one raw command on a new connection, e.g.
@@ -458,15 +537,42 @@ fn spawn_ready(
     port: u16,
     dir: &Path,
     options: &ServerOptions,
+    pki: Option<&TestPki>,
     deadline: Instant,
 ) -> io::Result<Child> {
     // Arguments that redis cannot parse are reported on stderr, before it
     // opens its log file.
     let stderr = fs::File::create(dir.join("stderr.log"))?;
     let mut cmd = Command::new("redis-server");
-    cmd.arg("--port")
-        .arg(port.to_string())
-        .args(["--bind", "127.0.0.1", "--save", ""])
+    match pki {
+        Some(pki) => {
+            cmd.args(["--port", "0", "--tls-port"])
+                .arg(port.to_string())
+                .arg("--tls-cert-file")
+                .arg(pki.path("server.crt"))
+                .arg("--tls-key-file")
+                .arg(pki.path("server.key"))
+                .arg("--tls-ca-cert-file")
+                .arg(pki.path("ca.crt"))
+                .arg("--tls-auth-clients")
+                .arg(if options.tls_auth_clients {
+                    "yes"
+                } else {
+                    "no"
+                });
+        }
+        None => {
+            cmd.arg("--port").arg(port.to_string());
+        }
+    }
+    if pki.is_some() {
+        // [::1] is an address the certificate does not name, for tests of
+        // host name checks; optional ("-"), as a machine may lack IPv6.
+        cmd.args(["--bind", "127.0.0.1", "-::1"]);
+    } else {
+        cmd.args(["--bind", "127.0.0.1"]);
+    }
+    cmd.args(["--save", ""])
         .arg("--dir")
         .arg(dir)
         .arg("--logfile")
@@ -480,6 +586,9 @@ fn spawn_ready(
     if let Some(pw) = &options.password {
         cmd.arg("--requirepass").arg(pw);
     }
+    for user in &options.acl_users {
+        cmd.arg("--user").args(user.split_whitespace());
+    }
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -490,10 +599,7 @@ fn spawn_ready(
             _ => io::Error::new(e.kind(), format!("could not run redis-server: {e}")),
         })?;
 
-    let url = match &options.password {
-        Some(pw) => format!("redis://:{pw}@127.0.0.1:{port}/"),
-        None => format!("redis://127.0.0.1:{port}/"),
-    };
+    let url = server_url(port, options);
     loop {
         if let Ok(Some(status)) = child.try_wait() {
             return Err(io::Error::other(format!(
@@ -501,7 +607,7 @@ fn spawn_ready(
                 startup_log(dir)
             )));
         }
-        let last_error = match server_pid(&url) {
+        let last_error = match server_pid(&url, pki) {
             Ok(pid) if pid == child.id() => return Ok(child),
             Ok(pid) => {
                 // Another process took the port while ours was down.
@@ -530,8 +636,15 @@ fn spawn_ready(
 
 /// The pid of the redis-server answering at `url`: readiness is only
 /// ours if the answer comes from the process we started.
-fn server_pid(url: &str) -> redis::RedisResult<u32> {
-    let mut con = connect(url, Duration::from_millis(200))?;
+fn server_pid(url: &str, pki: Option<&TestPki>) -> redis::RedisResult<u32> {
+    // A TLS handshake in a debug build on a loaded machine needs more than
+    // a plain connect.
+    let timeout = if pki.is_some() {
+        Duration::from_millis(1000)
+    } else {
+        Duration::from_millis(200)
+    };
+    let mut con = connect(url, pki, timeout)?;
     let info: String = redis::cmd("INFO").arg("server").query(&mut con)?;
     info.lines()
         .find_map(|l| l.strip_prefix("process_id:"))
@@ -544,8 +657,45 @@ fn server_pid(url: &str) -> redis::RedisResult<u32> {
         })
 }
 
-fn connect(url: &str, timeout: Duration) -> redis::RedisResult<redis::Connection> {
-    let con = redis::Client::open(url)?.get_connection_with_timeout(timeout)?;
+fn scheme(options: &ServerOptions) -> &'static str {
+    if options.tls {
+        "rediss"
+    } else {
+        "redis"
+    }
+}
+
+fn server_url(port: u16, options: &ServerOptions) -> String {
+    let scheme = scheme(options);
+    match &options.password {
+        Some(pw) => format!("{scheme}://:{pw}@127.0.0.1:{port}/"),
+        None => format!("{scheme}://127.0.0.1:{port}/"),
+    }
+}
+
+/// The harness's own connections: with the test CA and client certificate
+/// for TLS servers.
+fn connect(
+    url: &str,
+    pki: Option<&TestPki>,
+    timeout: Duration,
+) -> redis::RedisResult<redis::Connection> {
+    let client = match pki {
+        #[cfg(feature = "tls-rustls")]
+        Some(pki) => crate::tls::open_client(
+            redis::IntoConnectionInfo::into_connection_info(url)?,
+            Some(&pki.certificates(true)),
+        )?,
+        #[cfg(not(feature = "tls-rustls"))]
+        Some(_) => {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "TLS test servers need redfence's `tls-rustls` feature",
+            )))
+        }
+        None => redis::Client::open(url)?,
+    };
+    let con = client.get_connection_with_timeout(timeout)?;
     con.set_read_timeout(Some(timeout))?;
     con.set_write_timeout(Some(timeout))?;
     Ok(con)
@@ -685,6 +835,7 @@ mod tests {
         let server = RedisServer::start_with(ServerOptions {
             aof_fsync_always: true,
             password: Some("s3cret".into()),
+            ..Default::default()
         });
         assert!(server.url().starts_with("redis://:s3cret@127.0.0.1:"));
         server.cmd(&["SET", "k", "v"]).unwrap();
@@ -692,7 +843,7 @@ mod tests {
         assert_eq!(server.get("k").as_deref(), Some("v"));
 
         let anonymous = format!("redis://127.0.0.1:{}/", server.port());
-        let mut con = connect(&anonymous, IO_TIMEOUT).unwrap();
+        let mut con = connect(&anonymous, None, IO_TIMEOUT).unwrap();
         assert!(redis::cmd("GET")
             .arg("k")
             .query::<String>(&mut con)

@@ -1,0 +1,95 @@
+//! The least privilege a redfence client needs on each instance, as Redis
+//! ACL rules: the one place that lists the commands, so the README, the
+//! tests and operators' scripts agree.
+
+/// Every command a redfence client sends, directly or from its Lua scripts
+/// (Redis checks a script's calls against the caller's ACL too).
+///
+/// - Sent directly: `set`, `incr` and `pexpire` (the acquisition),
+///   `publish` (a release's announcement), `time` (the instance's clock,
+///   read on connect and every few seconds), `ping`
+///   ([`Redlock::ping`](crate::Redlock::ping)), `evalsha` and
+///   `script|load` (the scripts), `subscribe`, `unsubscribe` and
+///   `punsubscribe` (release notifications; redis-rs sends the last one
+///   when a subscriber connection is put down).
+/// - Called by the scripts: `get`, `del`, `set`, `pexpire`, `time` (raise
+///   round), and `type` (locking a set of resources).
+///
+/// redis-rs also sends `CLIENT SETINFO` when it connects and ignores the
+/// answer, so it need not be allowed.
+pub const ACL_COMMANDS: &[&str] = &[
+    "ping",
+    "time",
+    "get",
+    "set",
+    "del",
+    "incr",
+    "pexpire",
+    "publish",
+    "subscribe",
+    "unsubscribe",
+    // redis-rs sends it (with UNSUBSCRIBE) when a subscriber connection is
+    // put down; refused, it would only fill the ACL log.
+    "punsubscribe",
+    "evalsha",
+    "script|load",
+    "type",
+];
+
+/// The ACL rules (for `ACL SETUSER name on >password RULES…`) that allow
+/// exactly what a client with this key prefix needs: its keys, its release
+/// channels and [`ACL_COMMANDS`], nothing else.
+///
+/// ```
+/// let rules = redfence::acl_rules("redfence:").join(" ");
+/// assert!(rules.starts_with("resetkeys ~redfence:* resetchannels &redfence:released:* -@all +ping"));
+/// println!("ACL SETUSER redfence on >secret {rules}");
+/// ```
+///
+/// Glob characters in the prefix are escaped. A prefix with spaces needs
+/// each rule quoted when pasted into `redis-cli`.
+pub fn acl_rules(prefix: &str) -> Vec<String> {
+    let prefix = escape_glob(prefix);
+    let mut rules = vec![
+        "resetkeys".to_string(),
+        format!("~{prefix}*"),
+        "resetchannels".to_string(),
+        format!("&{prefix}released:*"),
+        "-@all".to_string(),
+    ];
+    rules.extend(ACL_COMMANDS.iter().map(|c| format!("+{c}")));
+    rules
+}
+
+fn escape_glob(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_readme_shows_the_rules() {
+        let line = format!(
+            "ACL SETUSER redfence on >secret {}",
+            acl_rules("redfence:").join(" ")
+        );
+        assert!(include_str!("../README.md").contains(&line), "{line}");
+    }
+
+    #[test]
+    fn rules_escape_glob_characters_of_the_prefix() {
+        let rules = acl_rules("a*b:");
+        assert_eq!(rules[1], "~a\\*b:*");
+        assert_eq!(rules[3], "&a\\*b:released:*");
+        assert!(rules.contains(&"+script|load".to_string()));
+    }
+}

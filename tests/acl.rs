@@ -1,0 +1,177 @@
+//! ACL users against real redis-server processes: the documented least
+//! privilege is enough, and a missing permission is a clear error.
+
+mod common;
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use redfence::testing::{RedisCluster, ServerOptions};
+use redfence::{acl_rules, Error, InstanceError, InstanceErrorKind, LockOptions, Redlock};
+
+const USER: &str = "redfence";
+const PASSWORD: &str = "acl-pa55word";
+
+/// A cluster whose `redfence` user has the documented rules, changed by
+/// `edit`.
+fn cluster_with_rules(n: usize, edit: impl Fn(Vec<String>) -> Vec<String>) -> RedisCluster {
+    let rules = edit(acl_rules("redfence:")).join(" ");
+    RedisCluster::start_with(
+        n,
+        ServerOptions {
+            acl_users: vec![format!("{USER} on >{PASSWORD} {rules}")],
+            ..Default::default()
+        },
+    )
+}
+
+fn without(rule: &'static str) -> impl Fn(Vec<String>) -> Vec<String> {
+    move |rules| {
+        let before = rules.len();
+        let rules: Vec<String> = rules.into_iter().filter(|r| r != rule).collect();
+        assert_eq!(rules.len() + 1, before, "{rule} is not a documented rule");
+        rules
+    }
+}
+
+fn client(cluster: &RedisCluster) -> Redlock {
+    Redlock::new(cluster.urls_as(USER, PASSWORD)).unwrap()
+}
+
+fn unavailable(result: Result<redfence::LockGuard, Error>) -> Vec<InstanceError> {
+    match result {
+        Err(Error::Unavailable { errors, .. }) => errors,
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
+/// Every instance refused for lack of a permission, and says which.
+fn assert_refused(errors: &[InstanceError], words: &str) {
+    assert!(!errors.is_empty());
+    for e in errors {
+        assert_eq!(e.kind(), InstanceErrorKind::Auth, "{e}");
+        assert!(e.detail().contains(words), "{e}");
+        assert!(!e.to_string().contains(PASSWORD), "{e}");
+    }
+}
+
+/// ACL refusals a server logged, except for redis-rs's CLIENT SETINFO on
+/// connect (its answer is ignored).
+fn acl_refusals(cluster: &RedisCluster) -> Vec<String> {
+    let mut refusals = Vec::new();
+    for server in cluster {
+        let log = server.cmd(&["ACL", "LOG"]).unwrap();
+        let text = format!("{log:?}");
+        if let redis::Value::Array(entries) = log {
+            if !entries.is_empty() && !text.to_lowercase().contains("setinfo") {
+                refusals.push(text);
+            }
+        }
+    }
+    refusals
+}
+
+#[test]
+fn least_privilege_user_locks_extends_waits_and_releases() {
+    let cluster = cluster_with_rules(5, |rules| rules);
+    let first = client(&cluster);
+    let second = client(&cluster);
+    let guard = first.try_lock("report:7").expect("granted");
+    assert!(first.ping().iter().all(|(_, r)| r.is_ok()));
+    guard.extend(Duration::from_secs(20)).unwrap();
+    assert!(matches!(
+        second.try_lock("report:7"),
+        Err(Error::Contended { .. })
+    ));
+
+    let (tx, rx) = mpsc::channel();
+    let waiter = thread::Builder::new()
+        .name("acl-waiter".into())
+        .spawn(move || {
+            let opts = LockOptions::new().wait(Duration::from_secs(15));
+            let got = second.lock_with("report:7", opts);
+            let _ = tx.send(got.map(|g| g.release()).map_err(|e| e.to_string()));
+        })
+        .unwrap();
+    assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
+    guard.release().unwrap();
+    let released = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the waiter is woken by the release")
+        .expect("the waiter gets the lock");
+    released.expect("and releases it");
+    waiter.join().unwrap();
+    // Nothing redfence sent was refused, subscriptions included.
+    assert_eq!(acl_refusals(&cluster), Vec::<String>::new());
+}
+
+#[test]
+fn a_missing_command_is_named_per_instance() {
+    let cluster = cluster_with_rules(3, without("+incr"));
+    let errors = unavailable(client(&cluster).try_lock("r"));
+    // The call stops at a majority of refusals.
+    assert!(errors.len() >= 2, "{errors:?}");
+    assert_refused(&errors, "'incr'");
+}
+
+/// The acquisition sends native commands only; the release runs a script,
+/// and says so when the user may not.
+#[test]
+fn a_missing_evalsha_is_named_at_release() {
+    let cluster = cluster_with_rules(3, without("+evalsha"));
+    let guard = client(&cluster)
+        .try_lock("r")
+        .expect("acquiring needs no script");
+    match guard.release() {
+        Err(Error::Unavailable { errors, .. }) => assert_refused(&errors, "'evalsha'"),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_missing_script_load_is_named_when_connecting() {
+    let cluster = cluster_with_rules(3, without("+script|load"));
+    let errors = unavailable(client(&cluster).try_lock("r"));
+    assert_refused(&errors, "'script|load'");
+}
+
+#[test]
+fn a_command_the_scripts_call_is_an_acl_error_not_contention() {
+    // DEL is only called from the release script: Redis 7.0 reports a
+    // refusal inside a script without naming the command.
+    let cluster = cluster_with_rules(3, without("+del"));
+    let guard = client(&cluster)
+        .try_lock("r")
+        .expect("acquiring needs no DEL");
+    match guard.release() {
+        Err(Error::Unavailable { errors, .. }) => assert_refused(&errors, "acl_rules"),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
+#[test]
+fn keys_outside_the_allowed_pattern_are_refused() {
+    let cluster = cluster_with_rules(3, |rules| rules);
+    let locks = Redlock::builder(cluster.urls_as(USER, PASSWORD))
+        .key_prefix("other:")
+        .build()
+        .unwrap();
+    let errors = unavailable(locks.try_lock("r"));
+    assert_refused(&errors, "key");
+}
+
+#[test]
+fn a_wrong_password_is_an_auth_error_that_hides_it() {
+    let cluster = cluster_with_rules(3, |rules| rules);
+    let locks = Redlock::new(cluster.urls_as(USER, "not-the-pa55word")).unwrap();
+    let err = locks.try_lock("r").unwrap_err();
+    let text = format!("{err} {err:?} {locks:?}");
+    assert!(!text.contains("not-the-pa55word"), "{text}");
+    match err {
+        Error::Unavailable { errors, .. } => {
+            assert!(errors.iter().all(|e| e.kind() == InstanceErrorKind::Auth))
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
