@@ -13,9 +13,11 @@ use crate::log::Log;
 use crate::signals::{self, Listener};
 use crate::client;
 
-/// Longest lock call between two looks at the signals: a TERM while
-/// waiting must end the wait well under a second.
-const SLICE: Duration = Duration::from_millis(150);
+/// How long one lock call may keep waiting before we look at the signals
+/// again: a TERM while waiting must end the wait well under a second. The
+/// library starts no attempt later than two instance timeouts before a
+/// call's budget ends, so each call gets this plus those two timeouts.
+const SLICE: Duration = Duration::from_millis(200);
 /// An attempt that failed this fast (instances refusing connections) is
 /// followed by a short pause, so the loop does not spin.
 const FAST_FAILURE: Duration = Duration::from_millis(20);
@@ -30,7 +32,7 @@ pub fn run(common: &Common, args: RunArgs, log: &Log) -> Result<u8, Failure> {
     let listener = Listener::start()
         .map_err(|e| Failure::new(OSERR, format!("cannot install signal handlers: {e}")))?;
     let locks = client::build(common)?;
-    let guard = acquire(&locks, &args, &listener, log)?;
+    let guard = acquire(&locks, common, &args, &listener, log)?;
     let token = guard.token();
     log.info(&format!(
         "granted {:?} with token {token}, valid for {}",
@@ -72,6 +74,7 @@ fn kill_after(args: &RunArgs) -> Result<Duration, Failure> {
 /// them.
 fn acquire(
     locks: &Redlock,
+    common: &Common,
     args: &RunArgs,
     listener: &Listener,
     log: &Log,
@@ -89,7 +92,9 @@ fn acquire(
             return Err(Failure::interrupted(signal, &signals::name(signal)));
         }
         let started = Instant::now();
-        let slice = deadline.saturating_duration_since(started).min(SLICE);
+        let slice = deadline
+            .saturating_duration_since(started)
+            .min(SLICE + common.instance_timeout * 2);
         match locks.lock_with(&args.resource, options.wait(slice)) {
             Ok(guard) => {
                 if let Some(signal) = stop_signal(listener, Duration::ZERO, log) {
