@@ -77,12 +77,7 @@ fn run(cluster: &RedisCluster, options: &[&str], resource: &str, script: &str) -
     output(&mut run_cmd(cluster, options, resource, script))
 }
 
-fn run_cmd(
-    cluster: &RedisCluster,
-    options: &[&str],
-    resource: &str,
-    script: &str,
-) -> Command {
+fn run_cmd(cluster: &RedisCluster, options: &[&str], resource: &str, script: &str) -> Command {
     let mut cmd = redfence(cluster);
     cmd.arg("run")
         .args(options)
@@ -188,7 +183,10 @@ fn exit_codes_pass_through_and_the_lock_is_released() {
     assert_eq!(code(run(&cluster, &[], "codes", "exit 7").status), 7);
     assert_no_key(&cluster, "codes");
     // Died of SIGKILL (9): the shell's 128 + 9.
-    assert_eq!(code(run(&cluster, &[], "codes", "kill -KILL $$").status), 137);
+    assert_eq!(
+        code(run(&cluster, &[], "codes", "kill -KILL $$").status),
+        137
+    );
     assert_no_key(&cluster, "codes");
 }
 
@@ -256,7 +254,12 @@ fn token_and_resource_reach_the_command_and_tokens_increase_run_to_run() {
     let cluster = RedisCluster::start(5);
     let mut last = 0u64;
     for _ in 0..3 {
-        let out = run(&cluster, &[], "job:42", "echo \"$REDFENCE_TOKEN $REDFENCE_RESOURCE\"");
+        let out = run(
+            &cluster,
+            &[],
+            "job:42",
+            "echo \"$REDFENCE_TOKEN $REDFENCE_RESOURCE\"",
+        );
         assert_eq!(code(out.status), 0, "{}", stderr(&out));
         let text = stdout(&out);
         let (token, resource) = text.trim().split_once(' ').expect("two words");
@@ -278,14 +281,24 @@ fn a_held_lock_gives_the_conflict_code_and_the_command_does_not_run() {
 
     let out = run(&cluster, &["-n"], "busy", &script);
     assert_eq!(code(out.status), 75, "{}", stderr(&out));
-    assert!(stderr(&out).contains("held by another client"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("held by another client"),
+        "{}",
+        stderr(&out)
+    );
     let out = run(&cluster, &["-n", "-E", "3"], "busy", &script);
     assert_eq!(code(out.status), 3);
     // From the environment, and flags win over it.
     let mut cmd = run_cmd(&cluster, &["-n"], "busy", &script);
-    assert_eq!(code(output(cmd.env("REDFENCE_CONFLICT_EXIT_CODE", "9")).status), 9);
+    assert_eq!(
+        code(output(cmd.env("REDFENCE_CONFLICT_EXIT_CODE", "9")).status),
+        9
+    );
     let mut cmd = run_cmd(&cluster, &["-n", "-E", "4"], "busy", &script);
-    assert_eq!(code(output(cmd.env("REDFENCE_CONFLICT_EXIT_CODE", "9")).status), 4);
+    assert_eq!(
+        code(output(cmd.env("REDFENCE_CONFLICT_EXIT_CODE", "9")).status),
+        4
+    );
     // A wait that runs out ends the same way, after waiting.
     let started = Instant::now();
     let out = run(&cluster, &["-w", "400ms"], "busy", &script);
@@ -319,7 +332,10 @@ fn start_trapping(
         .spawn()
         .expect("redfence starts");
     assert!(
-        eventually(Duration::from_secs(10), || !scratch.read("pid").trim().is_empty()),
+        eventually(Duration::from_secs(10), || !scratch
+            .read("pid")
+            .trim()
+            .is_empty()),
         "the command did not start"
     );
     let pid = scratch.read("pid").trim().to_string();
@@ -347,7 +363,10 @@ fn a_lost_lease_kills_a_command_that_ignores_term_before_the_validity_ends() {
     cluster.cont(&[0, 1, 2]);
     assert_eq!(code(out.status), 124, "{}", stderr(&out));
     assert!(took < ttl, "the command outlived the lease: {took:?}");
-    assert!(scratch.read("trapped").contains("term"), "TERM was not sent first");
+    assert!(
+        scratch.read("trapped").contains("term"),
+        "TERM was not sent first"
+    );
     assert!(!process_exists(&pid), "the command survived");
     assert!(stderr(&out).contains("lost"), "{}", stderr(&out));
 }
@@ -363,8 +382,12 @@ fn a_lost_lease_is_never_exit_0_even_if_the_command_exits_0() {
     assert_eq!(code(out.status), 124, "{}", stderr(&out));
     // --lost-exit-code changes it.
     let scratch = Scratch::new("lost9");
-    let (child, _pid) =
-        start_trapping(&cluster, &scratch, &["--ttl", "3s", "--lost-exit-code", "9"], "exit 0");
+    let (child, _pid) = start_trapping(
+        &cluster,
+        &scratch,
+        &["--ttl", "3s", "--lost-exit-code", "9"],
+        "exit 0",
+    );
     cluster.stop(&[0, 1, 2]);
     let out = finish(child, RUN_LIMIT);
     cluster.cont(&[0, 1, 2]);
@@ -411,7 +434,10 @@ fn term_while_waiting_ends_the_wait_at_once_without_leaving_a_key() {
     let out = finish(child, RUN_LIMIT);
     let took = sent.elapsed();
     assert_eq!(code(out.status), 128 + 15);
-    assert!(took < Duration::from_secs(1), "the wait took {took:?} to end");
+    assert!(
+        took < Duration::from_secs(1),
+        "the wait took {took:?} to end"
+    );
     assert!(!scratch.exists("ran"));
     held.release().expect("release");
     // Only the test's own key was there; with it gone, nothing is left.
@@ -457,10 +483,10 @@ fn no_quorum_gives_69_and_names_the_instances() {
 fn bad_arguments_give_64_and_help_gives_0() {
     let cluster = RedisCluster::start(1);
     let cases: &[&[&str]] = &[
-        &["run", "r"],                                // no command
-        &["run", "-w", "soon", "r", "--", "true"],    // bad duration
-        &["run", "-E", "256", "r", "--", "true"],     // code out of range
-        &["run", "-s", "NOPE", "r", "--", "true"],    // bad signal
+        &["run", "r"],                                              // no command
+        &["run", "-w", "soon", "r", "--", "true"],                  // bad duration
+        &["run", "-E", "256", "r", "--", "true"],                   // code out of range
+        &["run", "-s", "NOPE", "r", "--", "true"],                  // bad signal
         &["run", "--ttl", "2s", "-k", "1500ms", "r", "--", "true"], // kill-after > ttl/2
         &["frobnicate"],
         &[],
@@ -469,7 +495,11 @@ fn bad_arguments_give_64_and_help_gives_0() {
         let out = output(redfence(&cluster).args(*args));
         assert_eq!(code(out.status), 64, "{args:?}: {}", stderr(&out));
     }
-    let out = output(redfence(&cluster).env_remove("REDFENCE_URLS").args(["run", "r", "--", "true"]));
+    let out = output(
+        redfence(&cluster)
+            .env_remove("REDFENCE_URLS")
+            .args(["run", "r", "--", "true"]),
+    );
     assert_eq!(code(out.status), 64, "{}", stderr(&out));
     for args in [&["--help"][..], &["run", "--help"], &["--version"]] {
         let out = output(redfence(&cluster).args(args));
@@ -536,10 +566,17 @@ fn status_and_ping_show_each_instance() {
 
     let out = output(redfence(&cluster).arg("ping"));
     assert_eq!(code(out.status), 0);
-    assert_eq!(stdout(&out).lines().filter(|l| l.contains(" ok ")).count(), 5);
+    assert_eq!(
+        stdout(&out).lines().filter(|l| l.contains(" ok ")).count(),
+        5
+    );
     cluster.stop(&[3, 4]);
     let out = output(redfence(&cluster).args(["ping", "--json"]));
-    assert_eq!(code(out.status), 0, "two of five down still leaves a quorum");
+    assert_eq!(
+        code(out.status),
+        0,
+        "two of five down still leaves a quorum"
+    );
     let doc: Value = serde_json::from_slice(&out.stdout).expect("ping --json parses");
     assert_eq!(doc["answered"], 3);
     assert_eq!(doc["quorum"], 3);

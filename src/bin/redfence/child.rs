@@ -167,10 +167,8 @@ fn describe(reason: LossReason) -> String {
 fn forward(sup: &Supervision<'_>, target: Target, n: i32) {
     match Signal::try_from(n) {
         Ok(signal) => {
-            sup.log.info(&format!(
-                "forwarding {} to the command",
-                signals::name(n)
-            ));
+            sup.log
+                .info(&format!("forwarding {} to the command", signals::name(n)));
             target.send(signal);
         }
         Err(_) => sup.log.warn(&format!("cannot forward signal {n}")),

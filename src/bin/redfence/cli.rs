@@ -34,7 +34,12 @@ pub struct Common {
     pub servers: Vec<String>,
 
     /// Prefix of the lock's keys; must match the library clients that share the lock.
-    #[arg(long, env = "REDFENCE_PREFIX", default_value = "redfence:", global = true)]
+    #[arg(
+        long,
+        env = "REDFENCE_PREFIX",
+        default_value = "redfence:",
+        global = true
+    )]
     pub prefix: String,
 
     /// Longest wait for one instance's answer.
@@ -82,7 +87,13 @@ pub struct RunArgs {
     pub ttl: Duration,
 
     /// Exit code when the lock stayed held elsewhere (EX_TEMPFAIL by default).
-    #[arg(short = 'E', long, env = "REDFENCE_CONFLICT_EXIT_CODE", default_value_t = 75, value_name = "N")]
+    #[arg(
+        short = 'E',
+        long,
+        env = "REDFENCE_CONFLICT_EXIT_CODE",
+        default_value_t = 75,
+        value_name = "N"
+    )]
     pub conflict_exit_code: u8,
 
     /// Signal sent to the command's process group when the lease is lost.
@@ -94,7 +105,12 @@ pub struct RunArgs {
     pub kill_after: Option<Duration>,
 
     /// Exit code when the lease was lost while the command ran.
-    #[arg(long, env = "REDFENCE_LOST_EXIT_CODE", default_value_t = 124, value_name = "N")]
+    #[arg(
+        long,
+        env = "REDFENCE_LOST_EXIT_CODE",
+        default_value_t = 124,
+        value_name = "N"
+    )]
     pub lost_exit_code: u8,
 
     /// Keep the command in redfence's process group (for interactive programs);

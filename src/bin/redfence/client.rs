@@ -41,7 +41,10 @@ pub fn instances(common: &Common) -> Result<Vec<(String, ConnectionInfo)>, Failu
         .enumerate()
         .map(|(i, url)| {
             let info = url.into_connection_info().map_err(|_| {
-                Failure::new(CONFIG, format!("instance #{i} is not a valid Redis address"))
+                Failure::new(
+                    CONFIG,
+                    format!("instance #{i} is not a valid Redis address"),
+                )
             })?;
             Ok((name(&info), info))
         })

@@ -7,11 +7,11 @@ use redfence::{LockGuard, LockOptions, Redlock};
 
 use crate::child::{self, Supervision};
 use crate::cli::{Common, RunArgs};
+use crate::client;
 use crate::duration::show;
 use crate::exit::{Failure, OSERR, USAGE};
 use crate::log::Log;
 use crate::signals::{self, Listener};
-use crate::client;
 
 /// How long one lock call may keep waiting before we look at the signals
 /// again: a TERM while waiting must end the wait well under a second. The
@@ -79,7 +79,11 @@ fn acquire(
     listener: &Listener,
     log: &Log,
 ) -> Result<LockGuard, Failure> {
-    let wait = if args.nonblock { Duration::ZERO } else { args.wait };
+    let wait = if args.nonblock {
+        Duration::ZERO
+    } else {
+        args.wait
+    };
     let deadline = Instant::now()
         .checked_add(wait)
         .ok_or_else(|| Failure::new(USAGE, format!("--wait {} is too long", show(wait))))?;

@@ -44,7 +44,10 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<u8, Failure> {
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("reader panicked".to_string())))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("reader panicked".to_string()))
+            })
             .collect()
     });
     let answered = readings.iter().filter(|r| r.is_ok()).count();
@@ -114,13 +117,16 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<u8, Failure> {
     Ok(if answered >= quorum { 0 } else { UNAVAILABLE })
 }
 
+/// PTTL of the lock key, its value, the fence counter.
+type Raw = (i64, Option<Vec<u8>>, Option<Vec<u8>>);
+
 fn read(
     info: &ConnectionInfo,
     lock_key: &str,
     fence_key: &str,
     timeout: Duration,
 ) -> Result<Reading, String> {
-    let query = || -> Result<(i64, Option<Vec<u8>>, Option<Vec<u8>>), RedisError> {
+    let query = || -> Result<Raw, RedisError> {
         let client = redis::Client::open(info.clone())?;
         let mut con = client.get_connection_with_timeout(timeout)?;
         con.set_read_timeout(Some(timeout))?;
@@ -156,11 +162,7 @@ fn read(
         ),
     };
     Ok(Reading {
-        lock: if pttl == -2 && holder.is_none() {
-            None
-        } else {
-            lock
-        },
+        lock,
         holder,
         fence,
     })
