@@ -5,6 +5,15 @@
 //! Built with `--features cli`. The README's "Command line" section is the
 //! user's manual: exit codes, environment, what happens on loss.
 
+/// `println!` that ignores a closed stdout (`redfence status | head -1`)
+/// instead of panicking.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 mod child;
 mod cli;
 mod client;

@@ -39,15 +39,15 @@ pub fn ping(common: &Common, args: &PingArgs) -> Result<u8, Failure> {
             "answered": answered,
             "instances": list,
         });
-        println!("{doc}");
+        out!("{doc}");
     } else {
         for (name, result) in &results {
             match result {
-                Ok(rtt) => println!("{name:<24} ok {:.3} ms", millis(*rtt)),
-                Err(e) => println!("{name:<24} error: {:?}: {}", e.kind(), e.detail()),
+                Ok(rtt) => out!("{name:<24} ok {:.3} ms", millis(*rtt)),
+                Err(e) => out!("{name:<24} error: {:?}: {}", e.kind(), e.detail()),
             }
         }
-        println!(
+        out!(
             "{answered} of {} instances answered (quorum {quorum})",
             results.len()
         );

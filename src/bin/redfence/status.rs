@@ -88,15 +88,18 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<u8, Failure> {
             "locked": locked,
             "instances": list,
         });
-        println!("{doc}");
+        out!("{doc}");
     } else {
-        println!(
+        out!(
             "{lock_key}: locked on {locked} of {} instances, {answered} answered (quorum {quorum})",
             instances.len()
         );
-        println!(
+        out!(
             "{:<24} {:<6} {:>9} {:<8} FENCE",
-            "INSTANCE", "LOCK", "TTL", "HOLDER"
+            "INSTANCE",
+            "LOCK",
+            "TTL",
+            "HOLDER"
         );
         for ((name, _), reading) in instances.iter().zip(&readings) {
             match reading {
@@ -108,9 +111,9 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<u8, Failure> {
                     };
                     let holder = r.holder.as_deref().unwrap_or("-");
                     let fence = r.fence.map_or("-".to_string(), |f| f.to_string());
-                    println!("{name:<24} {state:<6} {ttl:>9} {holder:<8} {fence}");
+                    out!("{name:<24} {state:<6} {ttl:>9} {holder:<8} {fence}");
                 }
-                Err(e) => println!("{name:<24} error: {e}"),
+                Err(e) => out!("{name:<24} error: {e}"),
             }
         }
     }
