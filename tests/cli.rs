@@ -191,6 +191,20 @@ fn exit_codes_pass_through_and_the_lock_is_released() {
 }
 
 #[test]
+fn verbose_progress_and_quiet_silence() {
+    let cluster = RedisCluster::start(5);
+    let out = run(&cluster, &["-v", "--ttl", "1s"], "progress", "sleep 1.5");
+    assert_eq!(code(out.status), 0, "{}", stderr(&out));
+    let err = stderr(&out);
+    for needle in ["granted", "token", "extended", "released"] {
+        assert!(err.contains(needle), "no {needle:?} in {err}");
+    }
+    let out = run(&cluster, &["-q"], "progress", "exit 0");
+    assert_eq!(code(out.status), 0);
+    assert_eq!(stderr(&out), "");
+}
+
+#[test]
 fn a_command_that_cannot_run_gives_127_or_126_and_releases() {
     let cluster = RedisCluster::start(5);
     let scratch = Scratch::new("exec");

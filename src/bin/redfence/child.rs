@@ -121,7 +121,8 @@ fn supervise(
     let mut last_validity = guard.validity();
     loop {
         let validity = guard.validity();
-        if validity > last_validity + POLL {
+        // Without an extension the validity only shrinks.
+        if validity > last_validity {
             sup.log
                 .info(&format!("lease extended, valid for {}", show(validity)));
         }

@@ -187,3 +187,38 @@ fn finish(
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn run_args(extra: &[&str]) -> RunArgs {
+        let mut argv = vec!["redfence", "run"];
+        argv.extend_from_slice(extra);
+        argv.extend_from_slice(&["r", "--", "true"]);
+        match Cli::try_parse_from(argv).expect("parses").command {
+            Command::Run(args) => args,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn kill_after_defaults_to_a_quarter_of_the_ttl_up_to_5s_and_fits_in_half() {
+        let secs = Duration::from_secs;
+        assert_eq!(kill_after(&run_args(&[])).unwrap(), secs(5));
+        assert_eq!(kill_after(&run_args(&["--ttl", "8s"])).unwrap(), secs(2));
+        assert_eq!(
+            kill_after(&run_args(&["--ttl", "8s", "-k", "4s"])).unwrap(),
+            secs(4)
+        );
+        let refused = kill_after(&run_args(&["--ttl", "8s", "-k", "4001ms"])).unwrap_err();
+        assert_eq!(refused.code, USAGE);
+        assert!(
+            refused.message.contains("half the TTL"),
+            "{}",
+            refused.message
+        );
+    }
+}
