@@ -15,7 +15,7 @@ use crate::cli::RunArgs;
 use crate::duration::show;
 use crate::exit::{signal_code, Failure, CANNOT_EXECUTE, NOT_FOUND, OSERR};
 use crate::log::Log;
-use crate::signals;
+use crate::signals::{self, Caught};
 
 /// Longest sleep of the supervision loop, so extensions are noticed (and
 /// logged) and the validity is checked even if no event comes.
@@ -27,7 +27,7 @@ const REAP_AFTER_KILL: Duration = Duration::from_secs(10);
 /// What `run` hands over to the supervision.
 pub struct Supervision<'a> {
     pub guard: &'a LockGuard,
-    pub signals: &'a Receiver<i32>,
+    pub signals: &'a Receiver<Caught>,
     pub loss_signal: Signal,
     pub kill_after: Duration,
     pub foreground: bool,
@@ -145,9 +145,9 @@ fn supervise(
                 // Disconnected: only a release does that, and we hold the guard.
                 Err(_) => lost_open = false,
             },
-            recv(sup.signals) -> signal => {
-                if let Ok(n) = signal {
-                    forward(sup, target, n);
+            recv(sup.signals) -> caught => {
+                if let Ok(caught) = caught {
+                    forward(sup, target, caught);
                 }
             },
             default(left.min(POLL)) => {},
@@ -165,14 +165,22 @@ fn describe(reason: LossReason) -> String {
     reason.to_string()
 }
 
-fn forward(sup: &Supervision<'_>, target: Target, n: i32) {
-    match Signal::try_from(n) {
+fn forward(sup: &Supervision<'_>, target: Target, caught: Caught) {
+    let name = signals::name(caught.signal);
+    if !target.group && caught.from_terminal {
+        // The terminal sent it to its foreground group, the command
+        // included: passing it on would deliver it twice.
+        sup.log.info(&format!(
+            "{name} from the terminal reached the command directly"
+        ));
+        return;
+    }
+    match Signal::try_from(caught.signal) {
         Ok(signal) => {
-            sup.log
-                .info(&format!("forwarding {} to the command", signals::name(n)));
+            sup.log.info(&format!("forwarding {name} to the command"));
             target.send(signal);
         }
-        Err(_) => sup.log.warn(&format!("cannot forward signal {n}")),
+        Err(_) => sup.log.warn(&format!("cannot forward {name}")),
     }
 }
 

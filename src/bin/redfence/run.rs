@@ -128,7 +128,7 @@ fn acquire(
 fn stop_signal(listener: &Listener, timeout: Duration, log: &Log) -> Option<i32> {
     let deadline = Instant::now() + timeout;
     loop {
-        let signal = listener.receiver().recv_deadline(deadline).ok()?;
+        let signal = listener.receiver().recv_deadline(deadline).ok()?.signal;
         if signals::stops_wait(signal) {
             return Some(signal);
         }

@@ -7,7 +7,8 @@ use std::thread::JoinHandle;
 use nix::sys::signal::Signal;
 use redfence::crossbeam_channel::{self, Receiver};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
-use signal_hook::iterator::{Handle, Signals};
+use signal_hook::iterator::exfiltrator::WithRawSiginfo;
+use signal_hook::iterator::{Handle, SignalsInfo};
 
 /// Signals `run` catches and passes on to the command.
 pub const FORWARDED: [i32; 6] = [SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2];
@@ -42,24 +43,38 @@ pub fn stops_wait(signal: i32) -> bool {
     matches!(signal, SIGHUP | SIGINT | SIGQUIT | SIGTERM)
 }
 
+/// One caught signal.
+#[derive(Debug, Clone, Copy)]
+pub struct Caught {
+    pub signal: i32,
+    /// Sent by the kernel rather than by a process: a terminal's Ctrl-C,
+    /// Ctrl-\ or hangup, which went to the terminal's whole foreground
+    /// process group.
+    pub from_terminal: bool,
+}
+
 /// Catches [`FORWARDED`] from creation on (their default action, ending
 /// the process, no longer applies) and hands them over as a channel.
 pub struct Listener {
-    rx: Receiver<i32>,
+    rx: Receiver<Caught>,
     handle: Handle,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Listener {
     pub fn start() -> io::Result<Self> {
-        let mut signals = Signals::new(FORWARDED)?;
+        let mut signals = SignalsInfo::<WithRawSiginfo>::new(FORWARDED)?;
         let handle = signals.handle();
         let (tx, rx) = crossbeam_channel::unbounded();
         let thread = std::thread::Builder::new()
             .name("redfence-signals".to_string())
             .spawn(move || {
-                for signal in signals.forever() {
-                    if tx.send(signal).is_err() {
+                for info in signals.forever() {
+                    let caught = Caught {
+                        signal: info.si_signo,
+                        from_terminal: from_kernel(info.si_code),
+                    };
+                    if tx.send(caught).is_err() {
                         break;
                     }
                 }
@@ -72,9 +87,19 @@ impl Listener {
     }
 
     /// Signals in the order they arrived.
-    pub fn receiver(&self) -> &Receiver<i32> {
+    pub fn receiver(&self) -> &Receiver<Caught> {
         &self.rx
     }
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn from_kernel(code: i32) -> bool {
+    code == nix::libc::SI_KERNEL
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn from_kernel(_code: i32) -> bool {
+    false
 }
 
 impl Drop for Listener {
