@@ -428,31 +428,33 @@ fn term_sent_to_run_reaches_the_command_and_the_lock_is_released_after() {
 }
 
 #[test]
-fn term_while_waiting_ends_the_wait_at_once_without_leaving_a_key() {
+fn term_or_int_while_waiting_ends_the_wait_at_once_without_leaving_a_key() {
     let cluster = RedisCluster::start(5);
     let scratch = Scratch::new("wait");
     let locks = client(&cluster);
     let held = locks.lock("queue").expect("test holds the lock");
-    let mut child = run_cmd(
-        &cluster,
-        &["-v", "-w", "60s"],
-        "queue",
-        &format!("touch {}", scratch.path("ran")),
-    )
-    .spawn()
-    .expect("redfence starts");
-    let lines = stderr_lines(&mut child);
-    wait_for_line(&lines, "waiting", Duration::from_secs(10));
-    let sent = Instant::now();
-    signal(child.id(), "TERM");
-    let out = finish(child, RUN_LIMIT);
-    let took = sent.elapsed();
-    assert_eq!(code(out.status), 128 + 15);
-    assert!(
-        took < Duration::from_secs(1),
-        "the wait took {took:?} to end"
-    );
-    assert!(!scratch.exists("ran"));
+    for (name, number) in [("TERM", 15), ("INT", 2)] {
+        let mut child = run_cmd(
+            &cluster,
+            &["-v", "-w", "60s"],
+            "queue",
+            &format!("touch {}", scratch.path("ran")),
+        )
+        .spawn()
+        .expect("redfence starts");
+        let lines = stderr_lines(&mut child);
+        wait_for_line(&lines, "waiting", Duration::from_secs(10));
+        let sent = Instant::now();
+        signal(child.id(), name);
+        let out = finish(child, RUN_LIMIT);
+        let took = sent.elapsed();
+        assert_eq!(code(out.status), 128 + number, "{name}");
+        assert!(
+            took < Duration::from_secs(1),
+            "{name}: the wait took {took:?} to end"
+        );
+        assert!(!scratch.exists("ran"));
+    }
     held.release().expect("release");
     // Only the test's own key was there; with it gone, nothing is left.
     assert_no_key(&cluster, "queue");
