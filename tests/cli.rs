@@ -313,6 +313,13 @@ fn a_held_lock_gives_the_conflict_code_and_the_command_does_not_run() {
         code(output(cmd.env("REDFENCE_CONFLICT_EXIT_CODE", "9")).status),
         4
     );
+    // Switches from the environment: 1 is on.
+    let mut cmd = run_cmd(&cluster, &[], "busy", &script);
+    let out = output(
+        cmd.env("REDFENCE_NONBLOCK", "1")
+            .env("REDFENCE_WAIT", "20s"),
+    );
+    assert_eq!(code(out.status), 75, "{}", stderr(&out));
     // A wait that runs out ends the same way, after waiting.
     let started = Instant::now();
     let out = run(&cluster, &["-w", "400ms"], "busy", &script);

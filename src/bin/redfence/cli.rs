@@ -1,9 +1,12 @@
 //! The command line: every flag can also be set from the environment as
-//! `REDFENCE_<FLAG>` (the instances as `REDFENCE_URLS`); flags win.
+//! `REDFENCE_<FLAG>` (the instances as `REDFENCE_URLS`); flags win. Switches
+//! read from the environment are off when empty, `0`, `false`, `no`, `off`
+//! or `n`, on otherwise.
 
 use std::ffi::OsString;
 use std::time::Duration;
 
+use clap::builder::FalseyValueParser;
 use clap::{Args, Parser, Subcommand};
 use nix::sys::signal::Signal;
 
@@ -54,11 +57,11 @@ pub struct Common {
     pub instance_timeout: Duration,
 
     /// Progress on stderr: waiting, granted (with the token), extended, lost.
-    #[arg(short, long, env = "REDFENCE_VERBOSE", global = true)]
+    #[arg(short, long, env = "REDFENCE_VERBOSE", value_parser = FalseyValueParser::new(), global = true)]
     pub verbose: bool,
 
     /// Nothing on stderr but errors.
-    #[arg(short, long, env = "REDFENCE_QUIET", global = true)]
+    #[arg(short, long, env = "REDFENCE_QUIET", value_parser = FalseyValueParser::new(), global = true)]
     pub quiet: bool,
 }
 
@@ -79,7 +82,7 @@ pub struct RunArgs {
     pub wait: Duration,
 
     /// Make exactly one attempt (overrides --wait).
-    #[arg(short, long, env = "REDFENCE_NONBLOCK")]
+    #[arg(short, long, env = "REDFENCE_NONBLOCK", value_parser = FalseyValueParser::new())]
     pub nonblock: bool,
 
     /// Lease length; extended while the command runs.
@@ -115,7 +118,7 @@ pub struct RunArgs {
 
     /// Keep the command in redfence's process group (for interactive programs);
     /// signals then go to the command alone, not to its descendants.
-    #[arg(long, env = "REDFENCE_FOREGROUND")]
+    #[arg(long, env = "REDFENCE_FOREGROUND", value_parser = FalseyValueParser::new())]
     pub foreground: bool,
 
     /// The resource to lock.
@@ -132,14 +135,14 @@ pub struct StatusArgs {
     pub resource: String,
 
     /// Print JSON on stdout.
-    #[arg(long, env = "REDFENCE_JSON")]
+    #[arg(long, env = "REDFENCE_JSON", value_parser = FalseyValueParser::new())]
     pub json: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct PingArgs {
     /// Print JSON on stdout.
-    #[arg(long, env = "REDFENCE_JSON")]
+    #[arg(long, env = "REDFENCE_JSON", value_parser = FalseyValueParser::new())]
     pub json: bool,
 }
 
