@@ -315,9 +315,11 @@ fn a_held_lock_gives_the_conflict_code_and_the_command_does_not_run() {
     );
     // Switches from the environment: 1 is on.
     let mut cmd = run_cmd(&cluster, &[], "busy", &script);
-    let out = output(
-        cmd.env("REDFENCE_NONBLOCK", "1")
-            .env("REDFENCE_WAIT", "20s"),
+    cmd.env("REDFENCE_NONBLOCK", "1")
+        .env("REDFENCE_WAIT", "20s");
+    let out = finish(
+        cmd.spawn().expect("redfence starts"),
+        Duration::from_secs(10),
     );
     assert_eq!(code(out.status), 75, "{}", stderr(&out));
     // A wait that runs out ends the same way, after waiting.
