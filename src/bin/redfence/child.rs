@@ -9,7 +9,7 @@ use std::time::Duration;
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use redfence::crossbeam_channel::{self, select, Receiver};
-use redfence::{FencingToken, LockGuard, LossReason};
+use redfence::{FencingToken, LockGuard};
 
 use crate::cli::RunArgs;
 use crate::duration::show;
@@ -87,7 +87,7 @@ pub fn run(args: &RunArgs, token: FencingToken, sup: Supervision<'_>) -> Result<
         return Err(Failure::new(OSERR, format!("cannot start a thread: {e}")));
     }
     sup.log.info(&format!("started the command, pid {pid}"));
-    supervise(&sup, target, &exit_rx)
+    Ok(supervise(&sup, target, &exit_rx))
 }
 
 /// Where signals for the command go: its process group, or with
@@ -113,7 +113,7 @@ fn supervise(
     sup: &Supervision<'_>,
     target: Target,
     exit_rx: &Receiver<io::Result<ExitStatus>>,
-) -> Result<Outcome, Failure> {
+) -> Outcome {
     let guard = sup.guard;
     let lost = guard.loss_signal();
     let mut lost_open = true;
@@ -135,13 +135,13 @@ fn supervise(
                 .ensure_held()
                 .err()
                 .map_or("its validity is running out".to_string(), |e| e.to_string());
-            return Ok(stop(sup, target, exit_rx, reason));
+            return stop(sup, target, exit_rx, reason);
         }
         let never = crossbeam_channel::never();
         select! {
-            recv(exit_rx) -> status => return Ok(Outcome::Exited { code: exit_code(status) }),
+            recv(exit_rx) -> status => return Outcome::Exited { code: exit_code(status) },
             recv(if lost_open { &lost } else { &never }) -> reason => match reason {
-                Ok(reason) => return Ok(stop(sup, target, exit_rx, describe(reason))),
+                Ok(reason) => return stop(sup, target, exit_rx, reason.to_string()),
                 // Disconnected: only a release does that, and we hold the guard.
                 Err(_) => lost_open = false,
             },
@@ -159,10 +159,6 @@ fn supervise(
 /// a fiftieth of the lease, within 10 ms and 1 s.
 fn margin(validity: Duration) -> Duration {
     (validity / 50).clamp(Duration::from_millis(10), Duration::from_secs(1))
-}
-
-fn describe(reason: LossReason) -> String {
-    reason.to_string()
 }
 
 fn forward(sup: &Supervision<'_>, target: Target, caught: Caught) {
