@@ -1,12 +1,6 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
-#[cfg(not(feature = "testing"))]
-compile_error!(
-    "these tests start real redis-server processes through the `testing` feature: \
-     run them with `cargo test --features testing`"
-);
-
 use std::time::{Duration, Instant};
 
 use redfence::testing::RedisCluster;

@@ -1,0 +1,158 @@
+//! The command line: every flag can also be set from the environment as
+//! `REDFENCE_<FLAG>` (the instances as `REDFENCE_URLS`); flags win. Switches
+//! read from the environment are off when empty, `0`, `false`, `no`, `off`
+//! or `n`, on otherwise.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::builder::FalseyValueParser;
+use clap::{Args, Parser, Subcommand};
+use nix::sys::signal::Signal;
+
+use crate::{duration, signals};
+
+/// Run a command under a Redlock distributed lock, with a fencing token, and
+/// inspect locks.
+#[derive(Debug, Parser)]
+#[command(name = "redfence", version, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every subcommand takes.
+#[derive(Debug, Args)]
+pub struct Common {
+    /// Redis instances, comma-separated URLs (redis://[:password@]host[:port][/db]).
+    #[arg(
+        long,
+        env = "REDFENCE_URLS",
+        value_delimiter = ',',
+        value_name = "URL,...",
+        global = true
+    )]
+    pub servers: Vec<String>,
+
+    /// Prefix of the lock's keys; must match the library clients that share the lock.
+    #[arg(
+        long,
+        env = "REDFENCE_PREFIX",
+        default_value = "redfence:",
+        global = true
+    )]
+    pub prefix: String,
+
+    /// Longest wait for one instance's answer.
+    #[arg(
+        long,
+        env = "REDFENCE_INSTANCE_TIMEOUT",
+        default_value = "50ms",
+        value_parser = duration::parse,
+        value_name = "DURATION",
+        global = true
+    )]
+    pub instance_timeout: Duration,
+
+    /// Progress on stderr: waiting, granted (with the token), extended, lost.
+    #[arg(short, long, env = "REDFENCE_VERBOSE", value_parser = FalseyValueParser::new(), global = true)]
+    pub verbose: bool,
+
+    /// Nothing on stderr but errors.
+    #[arg(short, long, env = "REDFENCE_QUIET", value_parser = FalseyValueParser::new(), global = true)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Wait for the lock, run the command while holding it, release it.
+    Run(RunArgs),
+    /// Show the lock and fence counter of a resource on each instance.
+    Status(StatusArgs),
+    /// Show each instance's round trip or error.
+    Ping(PingArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// How long to wait for the lock.
+    #[arg(short, long, env = "REDFENCE_WAIT", default_value = "10s", value_parser = duration::parse, value_name = "DURATION")]
+    pub wait: Duration,
+
+    /// Make exactly one attempt (overrides --wait).
+    #[arg(short, long, env = "REDFENCE_NONBLOCK", value_parser = FalseyValueParser::new())]
+    pub nonblock: bool,
+
+    /// Lease length; extended while the command runs.
+    #[arg(long, env = "REDFENCE_TTL", default_value = "30s", value_parser = duration::parse, value_name = "DURATION")]
+    pub ttl: Duration,
+
+    /// Exit code when the lock stayed held elsewhere (EX_TEMPFAIL by default).
+    #[arg(
+        short = 'E',
+        long,
+        env = "REDFENCE_CONFLICT_EXIT_CODE",
+        default_value_t = 75,
+        value_name = "N"
+    )]
+    pub conflict_exit_code: u8,
+
+    /// Signal sent to the command's process group when the lease is lost.
+    #[arg(short, long, env = "REDFENCE_SIGNAL", default_value = "TERM", value_parser = signals::parse, value_name = "SIG")]
+    pub signal: Signal,
+
+    /// Time between that signal and SIGKILL [default: 5s or TTL/4, whichever is shorter; at most TTL/2].
+    #[arg(short, long, env = "REDFENCE_KILL_AFTER", value_parser = duration::parse, value_name = "DURATION")]
+    pub kill_after: Option<Duration>,
+
+    /// Exit code when the lease was lost while the command ran.
+    #[arg(
+        long,
+        env = "REDFENCE_LOST_EXIT_CODE",
+        default_value_t = 124,
+        value_name = "N"
+    )]
+    pub lost_exit_code: u8,
+
+    /// Keep the command in redfence's process group (for interactive programs);
+    /// signals then go to the command alone, not to its descendants.
+    #[arg(long, env = "REDFENCE_FOREGROUND", value_parser = FalseyValueParser::new())]
+    pub foreground: bool,
+
+    /// The resource to lock.
+    pub resource: String,
+
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The resource to inspect.
+    pub resource: String,
+
+    /// Print JSON on stdout.
+    #[arg(long, env = "REDFENCE_JSON", value_parser = FalseyValueParser::new())]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PingArgs {
+    /// Print JSON on stdout.
+    #[arg(long, env = "REDFENCE_JSON", value_parser = FalseyValueParser::new())]
+    pub json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

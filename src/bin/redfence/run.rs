@@ -1,0 +1,224 @@
+//! `redfence run`: wait for the lock, run the command while the lease is
+//! kept, release after the command was reaped.
+
+use std::time::{Duration, Instant};
+
+use redfence::{LockGuard, LockOptions, Redlock};
+
+use crate::child::{self, Supervision};
+use crate::cli::{Common, RunArgs};
+use crate::client;
+use crate::duration::show;
+use crate::exit::{Failure, OSERR, USAGE};
+use crate::log::Log;
+use crate::signals::{self, Listener};
+
+/// How long one lock call may keep waiting before we look at the signals
+/// again: a TERM while waiting must end the wait well under a second. The
+/// library starts no attempt later than two instance timeouts before a
+/// call's budget ends, so each call gets this plus those two timeouts.
+const SLICE: Duration = Duration::from_millis(200);
+/// An attempt that failed this fast (instances refusing connections) is
+/// followed by a short pause, so the loop does not spin.
+const FAST_FAILURE: Duration = Duration::from_millis(20);
+const PAUSE: Duration = Duration::from_millis(50);
+/// Longest default time between the loss signal and SIGKILL.
+const MAX_DEFAULT_KILL_AFTER: Duration = Duration::from_secs(5);
+
+pub fn run(common: &Common, args: RunArgs, log: &Log) -> Result<u8, Failure> {
+    let kill_after = kill_after(&args)?;
+    // Caught from here on, so a TERM during the wait cannot leave a key
+    // behind by killing us halfway through an attempt.
+    let listener = Listener::start()
+        .map_err(|e| Failure::new(OSERR, format!("cannot install signal handlers: {e}")))?;
+    let locks = client::build(common)?;
+    let guard = acquire(&locks, common, &args, &listener, log)?;
+    let token = guard.token();
+    log.info(&format!(
+        "granted {:?} with token {token}, valid for {}",
+        args.resource,
+        show(guard.validity())
+    ));
+    let supervision = Supervision {
+        guard: &guard,
+        signals: listener.receiver(),
+        loss_signal: args.signal,
+        kill_after,
+        foreground: args.foreground,
+        log,
+    };
+    let outcome = child::run(&args, token, supervision);
+    finish(guard, outcome, &args, log)
+}
+
+/// The explicit or default time between the loss signal and SIGKILL.
+fn kill_after(args: &RunArgs) -> Result<Duration, Failure> {
+    let ttl = args.ttl;
+    match args.kill_after {
+        None => Ok(MAX_DEFAULT_KILL_AFTER.min(ttl / 4)),
+        // Extension failures start once a third of the TTL has passed; the
+        // signal, the grace time and the SIGKILL must fit in what is left.
+        Some(k) if k > ttl / 2 => Err(Failure::new(
+            USAGE,
+            format!(
+                "--kill-after {} cannot fit in the lease: it must be at most half the TTL ({})",
+                show(k),
+                show(ttl / 2)
+            ),
+        )),
+        Some(k) => Ok(k),
+    }
+}
+
+/// Waits for the lock in short slices, looking at the signals between
+/// them.
+fn acquire(
+    locks: &Redlock,
+    common: &Common,
+    args: &RunArgs,
+    listener: &Listener,
+    log: &Log,
+) -> Result<LockGuard, Failure> {
+    let wait = if args.nonblock {
+        Duration::ZERO
+    } else {
+        args.wait
+    };
+    let deadline = Instant::now()
+        .checked_add(wait)
+        .ok_or_else(|| Failure::new(USAGE, format!("--wait {} is too long", show(wait))))?;
+    let options = LockOptions::new().ttl(args.ttl);
+    let conflict = args.conflict_exit_code;
+    let lost = args.lost_exit_code;
+    let mut announced = false;
+    loop {
+        if let Some(signal) = stop_signal(listener, Duration::ZERO, log) {
+            return Err(Failure::interrupted(signal, &signals::name(signal)));
+        }
+        let started = Instant::now();
+        let slice = deadline
+            .saturating_duration_since(started)
+            .min(SLICE + common.instance_timeout * 2);
+        match locks.lock_with(&args.resource, options.wait(slice)) {
+            Ok(guard) => {
+                if let Some(signal) = stop_signal(listener, Duration::ZERO, log) {
+                    let _ = guard.release();
+                    return Err(Failure::interrupted(signal, &signals::name(signal)));
+                }
+                return Ok(guard);
+            }
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                if !announced {
+                    log.info(&format!("waiting for {:?}: {e}", args.resource));
+                    announced = true;
+                }
+                if started.elapsed() < FAST_FAILURE {
+                    let pause = PAUSE.min(deadline.saturating_duration_since(Instant::now()));
+                    if let Some(signal) = stop_signal(listener, pause, log) {
+                        return Err(Failure::interrupted(signal, &signals::name(signal)));
+                    }
+                }
+            }
+            Err(e) => return Err(Failure::from_lock_error(&e, conflict, lost)),
+        }
+    }
+}
+
+/// The first signal that ends the wait, received within `timeout`.
+fn stop_signal(listener: &Listener, timeout: Duration, log: &Log) -> Option<i32> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let signal = listener.receiver().recv_deadline(deadline).ok()?.signal;
+        if signals::stops_wait(signal) {
+            return Some(signal);
+        }
+        log.info(&format!(
+            "{} ignored: the command has not started",
+            signals::name(signal)
+        ));
+    }
+}
+
+/// Releases the lock after the command was reaped, and picks the exit code.
+fn finish(
+    guard: LockGuard,
+    outcome: Result<child::Outcome, Failure>,
+    args: &RunArgs,
+    log: &Log,
+) -> Result<u8, Failure> {
+    let lost = args.lost_exit_code;
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(failure) => {
+            // The command never ran: give the lock back before reporting.
+            if let Err(e) = guard.release() {
+                log.warn(&format!("release not confirmed: {e}"));
+            }
+            return Err(failure);
+        }
+    };
+    match outcome {
+        child::Outcome::Lost { reason } => {
+            // Whatever is left of our keys goes; the lease itself is gone.
+            let _ = guard.release();
+            Err(Failure::new(
+                lost,
+                format!(
+                    "lease on {:?} lost while the command ran ({reason}); the command was stopped",
+                    args.resource
+                ),
+            ))
+        }
+        child::Outcome::Exited { code } => match guard.release() {
+            Ok(()) => {
+                log.info(&format!("released {:?}", args.resource));
+                Ok(code)
+            }
+            Err(e @ redfence::Error::Lost { .. }) => Err(Failure::new(
+                lost,
+                format!("the command ended (exit {code}) but {e}: its work was not protected to the end"),
+            )),
+            Err(e) => {
+                // The lease held until the command ended; only the early
+                // release is in doubt, and the lease expires on its own.
+                log.warn(&format!("release not confirmed: {e}"));
+                Ok(code)
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn run_args(extra: &[&str]) -> RunArgs {
+        let mut argv = vec!["redfence", "run"];
+        argv.extend_from_slice(extra);
+        argv.extend_from_slice(&["r", "--", "true"]);
+        match Cli::try_parse_from(argv).expect("parses").command {
+            Command::Run(args) => args,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn kill_after_defaults_to_a_quarter_of_the_ttl_up_to_5s_and_fits_in_half() {
+        let secs = Duration::from_secs;
+        assert_eq!(kill_after(&run_args(&[])).unwrap(), secs(5));
+        assert_eq!(kill_after(&run_args(&["--ttl", "8s"])).unwrap(), secs(2));
+        assert_eq!(
+            kill_after(&run_args(&["--ttl", "8s", "-k", "4s"])).unwrap(),
+            secs(4)
+        );
+        let refused = kill_after(&run_args(&["--ttl", "8s", "-k", "4001ms"])).unwrap_err();
+        assert_eq!(refused.code, USAGE);
+        assert!(
+            refused.message.contains("half the TTL"),
+            "{}",
+            refused.message
+        );
+    }
+}

@@ -1,0 +1,191 @@
+//! `redfence status`: the lock key and the fence counter of one resource,
+//! read on each instance over a plain connection of our own.
+
+use std::time::Duration;
+
+use redfence::redis::{self, ConnectionInfo, RedisError};
+use serde_json::{json, Value};
+
+use crate::cli::{Common, StatusArgs};
+use crate::client;
+use crate::exit::{Failure, UNAVAILABLE, USAGE};
+
+/// How much of the holder's random value is shown: enough to tell holders
+/// apart, far too little to release or extend their lock.
+const HOLDER_PREFIX: usize = 6;
+
+/// What one instance holds for the resource.
+struct Reading {
+    /// The lock key's remaining TTL; `None` if it has no expiry.
+    lock: Option<Option<Duration>>,
+    holder: Option<String>,
+    fence: Option<u64>,
+}
+
+pub fn status(common: &Common, args: &StatusArgs) -> Result<u8, Failure> {
+    if args.resource.is_empty() {
+        return Err(Failure::new(USAGE, "the resource name is empty"));
+    }
+    // Validates the instance list and prefix exactly as `run` would.
+    let locks = client::build(common)?;
+    let quorum = locks.quorum();
+    drop(locks);
+    let instances = client::instances(common)?;
+    let lock_key = format!("{}lock:{{{}}}", common.prefix, args.resource);
+    let fence_key = format!("{}fence:{{{}}}", common.prefix, args.resource);
+    let timeout = common.instance_timeout;
+    let readings: Vec<Result<Reading, String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = instances
+            .iter()
+            .map(|(_, info)| {
+                let (lock_key, fence_key) = (&lock_key, &fence_key);
+                scope.spawn(move || read(info, lock_key, fence_key, timeout))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("reader panicked".to_string()))
+            })
+            .collect()
+    });
+    let answered = readings.iter().filter(|r| r.is_ok()).count();
+    let locked = readings
+        .iter()
+        .filter(|r| matches!(r, Ok(Reading { lock: Some(_), .. })))
+        .count();
+    if args.json {
+        let list: Vec<Value> = instances
+            .iter()
+            .zip(&readings)
+            .map(|((name, _), reading)| match reading {
+                Ok(r) => json!({
+                    "instance": name,
+                    "ok": true,
+                    "locked": r.lock.is_some(),
+                    "ttl_ms": r.lock.flatten().map(|d| d.as_millis() as u64),
+                    "holder": r.holder,
+                    "fence": r.fence,
+                    "error": null,
+                }),
+                Err(e) => json!({
+                    "instance": name,
+                    "ok": false,
+                    "locked": null,
+                    "ttl_ms": null,
+                    "holder": null,
+                    "fence": null,
+                    "error": e,
+                }),
+            })
+            .collect();
+        let doc = json!({
+            "resource": args.resource,
+            "prefix": common.prefix,
+            "quorum": quorum,
+            "answered": answered,
+            "locked": locked,
+            "instances": list,
+        });
+        out!("{doc}");
+    } else {
+        out!(
+            "{lock_key}: locked on {locked} of {} instances, {answered} answered (quorum {quorum})",
+            instances.len()
+        );
+        out!(
+            "{:<24} {:<6} {:>9} {:<8} FENCE",
+            "INSTANCE",
+            "LOCK",
+            "TTL",
+            "HOLDER"
+        );
+        for ((name, _), reading) in instances.iter().zip(&readings) {
+            match reading {
+                Ok(r) => {
+                    let (state, ttl) = match r.lock {
+                        None => ("free", "-".to_string()),
+                        Some(None) => ("held", "no expiry".to_string()),
+                        Some(Some(d)) => ("held", format!("{:.3}s", d.as_secs_f64())),
+                    };
+                    let holder = r.holder.as_deref().unwrap_or("-");
+                    let fence = r.fence.map_or("-".to_string(), |f| f.to_string());
+                    out!("{name:<24} {state:<6} {ttl:>9} {holder:<8} {fence}");
+                }
+                Err(e) => out!("{name:<24} error: {e}"),
+            }
+        }
+    }
+    Ok(if answered >= quorum { 0 } else { UNAVAILABLE })
+}
+
+/// PTTL of the lock key, its value, the fence counter.
+type Raw = (i64, Option<Vec<u8>>, Option<Vec<u8>>);
+
+fn read(
+    info: &ConnectionInfo,
+    lock_key: &str,
+    fence_key: &str,
+    timeout: Duration,
+) -> Result<Reading, String> {
+    let query = || -> Result<Raw, RedisError> {
+        let client = redis::Client::open(info.clone())?;
+        let mut con = client.get_connection_with_timeout(timeout)?;
+        con.set_read_timeout(Some(timeout))?;
+        con.set_write_timeout(Some(timeout))?;
+        redis::pipe()
+            .cmd("PTTL")
+            .arg(lock_key)
+            .cmd("GET")
+            .arg(lock_key)
+            .cmd("GET")
+            .arg(fence_key)
+            .query(&mut con)
+    };
+    let (pttl, value, fence) = query().map_err(|e| describe(&e))?;
+    let lock = match pttl {
+        -2 => None,
+        ms if ms < 0 => Some(None),
+        ms => Some(Some(Duration::from_millis(ms.unsigned_abs()))),
+    };
+    let holder = value.map(|v| {
+        String::from_utf8_lossy(&v)
+            .chars()
+            .take(HOLDER_PREFIX)
+            .collect()
+    });
+    let fence = match fence {
+        None => None,
+        Some(raw) => Some(
+            std::str::from_utf8(&raw)
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+                .ok_or_else(|| "the fence counter is not an integer".to_string())?,
+        ),
+    };
+    Ok(Reading {
+        lock,
+        holder,
+        fence,
+    })
+}
+
+/// The kind and message of a connection or command error. Redis errors
+/// carry no URL, so no credentials.
+pub fn describe(err: &RedisError) -> String {
+    let kind = if err.is_timeout() {
+        "Timeout"
+    } else if err.is_connection_refusal() {
+        "Connect"
+    } else if matches!(err.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
+        || err.kind() == redis::ErrorKind::AuthenticationFailed
+    {
+        "Auth"
+    } else if err.is_io_error() || err.is_connection_dropped() {
+        "Io"
+    } else {
+        "Server"
+    };
+    format!("{kind}: {err}")
+}
