@@ -8,6 +8,7 @@ use crate::keys::Keys;
 use crate::quorum::{unexpected, yes_no, Vote};
 use crate::scripts::{self, ACQUIRE, FENCE_RAISE};
 use crate::shared::Shared;
+use crate::telemetry;
 use crate::{Error, FencingToken};
 
 /// A granted lock, before it becomes a guard.
@@ -107,6 +108,7 @@ pub(crate) fn attempt(
         let deadline = shared.round_deadline();
         let rx = instances.broadcast(&cmd, deadline);
         let raised = instances.collect(&rx, deadline, yes_no("fence raise"));
+        telemetry::fence_raise_round(raised.yes.len() >= quorum, token);
         if raised.yes.len() < quorum {
             release_all();
             return Err(Failure::from(Error::Unavailable {

@@ -13,6 +13,7 @@ use crate::lease::Lease;
 use crate::notify::{Notifier, Watch};
 use crate::retry;
 use crate::shared::Shared;
+use crate::telemetry;
 use crate::watchdog::Watchdog;
 use crate::{Error, LockOptions};
 
@@ -52,6 +53,7 @@ const MAX_NOTIFY_WAIT: Duration = Duration::from_millis(250);
 impl Redlock {
     pub(crate) fn start(shared: Shared, notifier: Notifier) -> Result<Redlock, Error> {
         let shared = Arc::new(shared);
+        telemetry::client_built();
         let watchdog = Watchdog::start(Arc::clone(&shared))
             .map_err(|e| Error::invalid_config(format!("cannot start the watchdog thread: {e}")))?;
         Ok(Redlock {
@@ -99,6 +101,21 @@ impl Redlock {
     /// unavailable it pauses a random time instead. It starts no attempt that
     /// could not end within `options.wait`.
     pub fn lock_with(&self, resource: &str, options: LockOptions) -> Result<LockGuard, Error> {
+        let call = telemetry::LockCall::start(resource, options.get_wait());
+        let mut attempts = 0;
+        let result = call.in_scope(|| self.lock_attempts(resource, options, &mut attempts));
+        call.finish(&result, attempts);
+        result
+    }
+
+    /// The retry loop of [`lock_with`](Self::lock_with), counting its
+    /// attempts in `attempts`.
+    fn lock_attempts(
+        &self,
+        resource: &str,
+        options: LockOptions,
+        attempts: &mut u32,
+    ) -> Result<LockGuard, Error> {
         validate_resource(resource)?;
         let shared = self.shared();
         shared.cfg.validate(&options)?;
@@ -117,14 +134,15 @@ impl Redlock {
             queued.wait_released(until);
             watch = Some(queued);
         }
-        let mut attempts = 0;
         loop {
-            attempts += 1;
+            *attempts += 1;
             if let Some(watch) = &watch {
                 watch.clear();
             }
             let attempt_start = Instant::now();
-            let failure = match acquire::attempt(shared, resource, &keys, options.get_ttl()) {
+            let result = acquire::attempt(shared, resource, &keys, options.get_ttl());
+            telemetry::attempt_finished(*attempts, attempt_start.elapsed(), &result);
+            let failure = match result {
                 Ok(grant) => {
                     if let Some(watch) = &watch {
                         // Late copies of the release that woke us (one per
@@ -143,7 +161,10 @@ impl Redlock {
                 Err(failure) => failure,
             };
             let error = match failure.error {
-                Error::Contended { resource, .. } => Error::Contended { resource, attempts },
+                Error::Contended { resource, .. } => Error::Contended {
+                    resource,
+                    attempts: *attempts,
+                },
                 other => other,
             };
             let now = Instant::now();

@@ -7,6 +7,7 @@ use crossbeam_channel::Receiver;
 
 use crate::lease::{self, Lease};
 use crate::shared::Shared;
+use crate::telemetry;
 use crate::{Error, FencingToken, LossReason};
 
 /// Keeps the client's threads (workers, watchdog, subscribers) running while
@@ -46,6 +47,7 @@ pub struct LockGuard {
 
 impl LockGuard {
     pub(crate) fn new(shared: Arc<Shared>, lease: Arc<Lease>, client: KeepAlive) -> Self {
+        telemetry::guard_created();
         LockGuard {
             shared,
             lease,
@@ -135,6 +137,7 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         lease::send_release(&self.shared, &self.lease, false);
+        telemetry::guard_dropped();
     }
 }
 

@@ -16,6 +16,7 @@ use redis::{ConnectionLike, Value};
 
 use crate::connection::{load_scripts, Conn, Manager};
 use crate::error::{InstanceError, InstanceErrorKind};
+use crate::telemetry;
 
 /// Pause before retrying undelivered persistent requests.
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
@@ -83,6 +84,7 @@ impl Instance {
             max_batch: cfg.max_batch,
             index: cfg.index,
             name: cfg.name.clone(),
+            health: telemetry::InstanceHealth::new(&cfg.name),
             pool,
             timeout: cfg.timeout,
         };
@@ -108,6 +110,7 @@ impl Instance {
             Ok(()) => {}
             Err(TrySendError::Full(r)) | Err(TrySendError::Disconnected(r)) => {
                 req = r;
+                telemetry::instance_overloaded(&self.name);
                 let err = InstanceError::new(
                     &self.name,
                     InstanceErrorKind::Overloaded,
@@ -136,6 +139,7 @@ struct Worker {
     connect_error: Arc<parking_lot::Mutex<Option<redis::RedisError>>>,
     index: usize,
     name: String,
+    health: telemetry::InstanceHealth,
     pool: r2d2::Pool<Manager>,
     timeout: Duration,
 }
@@ -172,10 +176,9 @@ impl Worker {
             owed.extend(batch.drain(..));
             // Past this many, the oldest are given up: their keys expire
             // with their TTL, as with any release that cannot be sent.
-            if owed.len() > MAX_OWED {
-                let excess = owed.len() - MAX_OWED;
-                owed.drain(..excess);
-            }
+            let excess = owed.len().saturating_sub(MAX_OWED);
+            owed.drain(..excess);
+            self.health.owed(owed.len(), excess);
         }
     }
 
@@ -233,6 +236,7 @@ impl Worker {
                 vec![Err(err); batch.len()]
             }
         };
+        self.health.observe(&results);
         let mut retry = Vec::new();
         for (mut req, result) in batch.drain(..).zip(results) {
             let undelivered = matches!(&result, Err(e) if e.kind() != InstanceErrorKind::Server);

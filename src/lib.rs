@@ -120,6 +120,7 @@ mod quorum;
 mod retry;
 mod scripts;
 mod shared;
+mod telemetry;
 mod token;
 mod watchdog;
 
@@ -147,6 +148,9 @@ pub use guard::LockGuard;
 pub use keys::MAX_RESOURCE_LEN;
 pub use options::LockOptions;
 pub use token::FencingToken;
+
+#[cfg(feature = "metrics")]
+pub use telemetry::describe_metrics;
 
 #[cfg(test)]
 mod tests {
