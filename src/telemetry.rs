@@ -182,6 +182,13 @@ pub(crate) struct LockCall {
 impl LockCall {
     #[inline]
     pub fn start(resource: &str, wait: Duration) -> Self {
+        // A name the call will refuse may be of any size: not worth a log line.
+        #[cfg(feature = "tracing")]
+        let resource = if resource.len() <= crate::MAX_RESOURCE_LEN {
+            resource
+        } else {
+            "(too long)"
+        };
         LockCall {
             #[cfg(any(feature = "metrics", feature = "tracing"))]
             started: Instant::now(),
