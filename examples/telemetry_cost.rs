@@ -26,13 +26,18 @@
 //! each event instead of skipping at once, so the later "nothing" rows pay
 //! that check: the comparison errs against telemetry.
 //!
-//! It prints the median across repeats of each row.
+//! It prints the median across repeats of each row: the latency of the
+//! pair, and this process's CPU time per pair (all its threads, from
+//! `/proc/self/task/*/schedstat`), which other load on the machine disturbs
+//! less than the latency.
 
 #[path = "common/bench_support.rs"]
 #[allow(dead_code)]
 mod bench_support;
 
-use bench_support::{env_or, fmt_dur, machine_summary, ratio, single_thread, Sample};
+use std::time::Duration;
+
+use bench_support::{env_or, fmt_dur, machine_summary, median_by, ratio, single_thread, Sample};
 use redfence::testing::RedisCluster;
 use redfence::{Error, LockOptions, Redlock};
 
@@ -50,6 +55,23 @@ struct Row {
     name: &'static str,
     run: Run,
     samples: Vec<Sample>,
+    /// This process's CPU time per op in each repeat.
+    cpu: Vec<Duration>,
+}
+
+/// CPU time used so far by every thread of this process (the caller, the
+/// workers, the watchdog): where telemetry costs, less disturbed than wall
+/// time by whatever else the machine runs. Zero where `/proc` cannot be read.
+fn process_cpu() -> Duration {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Duration::ZERO;
+    };
+    let nanos: u64 = tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(nanos)
 }
 
 fn rows() -> Vec<Row> {
@@ -58,6 +80,7 @@ fn rows() -> Vec<Row> {
         name: "nothing installed",
         run: Box::new(|locks, ops| single_thread(ops, |r| lock_release(locks, r))),
         samples: Vec::new(),
+        cpu: Vec::new(),
     }];
     #[cfg(feature = "metrics")]
     {
@@ -73,6 +96,7 @@ fn rows() -> Vec<Row> {
                 })
             }),
             samples: Vec::new(),
+            cpu: Vec::new(),
         });
     }
     #[cfg(feature = "tracing")]
@@ -88,6 +112,7 @@ fn rows() -> Vec<Row> {
             })
         }),
         samples: Vec::new(),
+        cpu: Vec::new(),
     });
     rows
 }
@@ -125,23 +150,30 @@ fn main() {
     }
     for _ in 0..repeats {
         for row in &mut rows {
+            let before = process_cpu();
             let sample = (row.run)(&locks, ops);
+            let spent = process_cpu().saturating_sub(before);
+            row.cpu.push(spent / sample.ops.max(1) as u32);
             row.samples.push(sample);
         }
     }
 
     let base = Sample::median(&rows[0].samples);
-    println!("| scenario | p50 | p99 | ops/s | p50 vs nothing installed | errors |");
-    println!("|---|---|---|---|---|---|");
+    let base_cpu = median_by(&rows[0].cpu, |d| *d);
+    println!("| scenario | p50 | p99 | ops/s | p50 vs nothing installed | client CPU / op | vs nothing installed | errors |");
+    println!("|---|---|---|---|---|---|---|---|");
     for row in &rows {
         let m = Sample::median(&row.samples);
+        let cpu = median_by(&row.cpu, |d| *d);
         println!(
-            "| {} | {} | {} | {:.0} | {} | {} |",
+            "| {} | {} | {} | {:.0} | {} | {} | {} | {} |",
             row.name,
             fmt_dur(m.p50),
             fmt_dur(m.p99),
             m.ops_per_sec,
             ratio(m.p50, base.p50),
+            fmt_dur(cpu),
+            ratio(cpu, base_cpu),
             m.errors
         );
     }
