@@ -32,6 +32,7 @@ use crate::keys::{Keys, Target};
 use crate::quorum::{all_yes, error_reply, unexpected, Vote};
 use crate::scripts::{self, ACQUIRE_ALL, FENCE_RAISE};
 use crate::shared::Shared;
+use crate::telemetry;
 use crate::{Error, FencingToken};
 
 /// Commands in one acquire request.
@@ -135,6 +136,7 @@ pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result
         let raised = instances
             .round(&cmd, lagging.len(), deadline, all_yes)
             .wait(deadline);
+        telemetry::fence_raise_round(raised.yes.len() >= quorum, lagging.len());
         if raised.yes.len() < quorum {
             release_all(&|_| false);
             return Err(Failure::from(unavailable(raised.yes.len(), raised.failed)));

@@ -13,6 +13,7 @@ use crate::lease::Lease;
 use crate::notify::{Notifier, Watch};
 use crate::retry;
 use crate::shared::Shared;
+use crate::telemetry;
 use crate::watchdog::Watchdog;
 use crate::{Error, LockOptions};
 
@@ -52,6 +53,7 @@ const MAX_NOTIFY_WAIT: Duration = Duration::from_millis(250);
 impl Redlock {
     pub(crate) fn start(shared: Shared, notifier: Notifier) -> Result<Redlock, Error> {
         let shared = Arc::new(shared);
+        telemetry::client_built();
         let watchdog = Watchdog::start(Arc::clone(&shared))
             .map_err(|e| Error::invalid_config(format!("cannot start the watchdog thread: {e}")))?;
         Ok(Redlock {
@@ -99,8 +101,8 @@ impl Redlock {
     /// unavailable it pauses a random time instead. It starts no attempt that
     /// could not end within `options.wait`.
     pub fn lock_with(&self, resource: &str, options: LockOptions) -> Result<LockGuard, Error> {
-        let target = Target::one(&self.shared().cfg.prefix, resource)?;
-        let lease = self.acquire(target, options)?;
+        let target = Target::one(&self.shared().cfg.prefix, resource);
+        let lease = self.acquire(resource, target, options)?;
         Ok(LockGuard::new(
             Arc::clone(&self.inner.shared),
             lease,
@@ -138,8 +140,8 @@ impl Redlock {
         resources: &[&str],
         options: LockOptions,
     ) -> Result<MultiGuard, Error> {
-        let target = Target::all(&self.shared().cfg.prefix, resources)?;
-        let lease = self.acquire(target, options)?;
+        let target = Target::all(&self.shared().cfg.prefix, resources);
+        let lease = self.acquire(&resources.join(", "), target, options)?;
         Ok(MultiGuard::new(
             Arc::clone(&self.inner.shared),
             lease,
@@ -151,9 +153,30 @@ impl Redlock {
         self.inner.clone()
     }
 
+    /// Every lock call, as one telemetry span and count, whether its input
+    /// was valid or not.
+    fn acquire(
+        &self,
+        name: &str,
+        target: Result<Target, Error>,
+        options: LockOptions,
+    ) -> Result<Arc<Lease>, Error> {
+        let call = telemetry::LockCall::start(name, options.get_wait());
+        let mut attempts = 0;
+        let result =
+            call.in_scope(|| target.and_then(|t| self.attempts(t, options, &mut attempts)));
+        call.finish(&result, attempts);
+        result
+    }
+
     /// The retry loop of every lock call: attempts, waits for releases,
     /// pauses; then hands the lease to the watchdog.
-    fn acquire(&self, target: Target, options: LockOptions) -> Result<Arc<Lease>, Error> {
+    fn attempts(
+        &self,
+        target: Target,
+        options: LockOptions,
+        attempts: &mut u32,
+    ) -> Result<Arc<Lease>, Error> {
         let shared = self.shared();
         shared.cfg.validate(&options)?;
         shared.warmup.wait();
@@ -176,14 +199,15 @@ impl Redlock {
             queued.wait_released(until);
             watch = Some(queued);
         }
-        let mut attempts = 0;
         loop {
-            attempts += 1;
+            *attempts += 1;
             if let Some(watch) = &watch {
                 watch.clear();
             }
             let attempt_start = Instant::now();
-            let failure = match acquire::attempt(shared, &target, options.get_ttl()) {
+            let result = acquire::attempt(shared, &target, options.get_ttl());
+            telemetry::attempt_finished(*attempts, attempt_start.elapsed(), &result);
+            let failure = match result {
                 Ok(grant) => {
                     if let Some(watch) = &watch {
                         // Late copies of the release that woke us (one per
@@ -198,7 +222,10 @@ impl Redlock {
                 Err(failure) => failure,
             };
             let error = match failure.error {
-                Error::Contended { resource, .. } => Error::Contended { resource, attempts },
+                Error::Contended { resource, .. } => Error::Contended {
+                    resource,
+                    attempts: *attempts,
+                },
                 other => other,
             };
             let now = Instant::now();

@@ -9,6 +9,7 @@ use crossbeam_channel::Receiver;
 
 use crate::lease::{self, Lease};
 use crate::shared::Shared;
+use crate::telemetry;
 use crate::{Error, FencingToken, LossReason};
 
 /// Keeps the client's threads (workers, watchdog, subscribers) running while
@@ -23,6 +24,15 @@ struct Held {
 }
 
 impl Held {
+    fn new(shared: Arc<Shared>, lease: Arc<Lease>, client: KeepAlive) -> Self {
+        telemetry::guard_created();
+        Held {
+            shared,
+            lease,
+            _client: client,
+        }
+    }
+
     fn ensure_held(&self) -> Result<(), Error> {
         match self.lease.loss() {
             None => Ok(()),
@@ -48,6 +58,7 @@ impl Held {
 impl Drop for Held {
     fn drop(&mut self) {
         lease::send_release(&self.shared, &self.lease, false);
+        telemetry::guard_dropped();
     }
 }
 
@@ -148,11 +159,7 @@ pub struct LockGuard {
 impl LockGuard {
     pub(crate) fn new(shared: Arc<Shared>, lease: Arc<Lease>, client: KeepAlive) -> Self {
         LockGuard {
-            held: Held {
-                shared,
-                lease,
-                _client: client,
-            },
+            held: Held::new(shared, lease, client),
         }
     }
 
@@ -206,11 +213,7 @@ pub struct MultiGuard {
 impl MultiGuard {
     pub(crate) fn new(shared: Arc<Shared>, lease: Arc<Lease>, client: KeepAlive) -> Self {
         MultiGuard {
-            held: Held {
-                shared,
-                lease,
-                _client: client,
-            },
+            held: Held::new(shared, lease, client),
         }
     }
 

@@ -17,6 +17,7 @@ use redis::{ConnectionLike, Value};
 use crate::clock::{self, InstanceClock};
 use crate::connection::{connect_failure, connect_wait, load_scripts, Conn, Manager};
 use crate::error::{InstanceError, InstanceErrorKind};
+use crate::telemetry;
 
 /// Pause before retrying undelivered persistent requests.
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
@@ -107,6 +108,7 @@ impl Instance {
             max_batch: cfg.max_batch,
             index: cfg.index,
             name: cfg.name.clone(),
+            health: telemetry::InstanceHealth::new(&cfg.name),
             pool,
             timeout: cfg.timeout,
             clock: cfg.clock,
@@ -133,6 +135,7 @@ impl Instance {
             Ok(()) => {}
             Err(TrySendError::Full(r)) | Err(TrySendError::Disconnected(r)) => {
                 req = r;
+                telemetry::instance_overloaded(&self.name);
                 let err = InstanceError::new(
                     &self.name,
                     InstanceErrorKind::Overloaded,
@@ -161,6 +164,7 @@ struct Worker {
     connect_error: Arc<parking_lot::Mutex<Option<redis::RedisError>>>,
     index: usize,
     name: String,
+    health: telemetry::InstanceHealth,
     pool: r2d2::Pool<Manager>,
     timeout: Duration,
     clock: Arc<InstanceClock>,
@@ -202,10 +206,9 @@ impl Worker {
             owed.extend(batch.drain(..));
             // Past this many, the oldest are given up: their keys expire
             // with their TTL, as with any release that cannot be sent.
-            if owed.len() > MAX_OWED {
-                let excess = owed.len() - MAX_OWED;
-                owed.drain(..excess);
-            }
+            let excess = owed.len().saturating_sub(MAX_OWED);
+            owed.drain(..excess);
+            self.health.owed(owed.len(), excess);
         }
     }
 
@@ -256,6 +259,7 @@ impl Worker {
                 vec![Err(err); batch.len()]
             }
         };
+        self.health.observe(&results);
         let mut retry = Vec::new();
         for (mut req, result) in batch.drain(..).zip(results) {
             let undelivered = matches!(&result, Err(e) if e.kind() != InstanceErrorKind::Server);

@@ -14,6 +14,7 @@ use crate::keys::Target;
 use crate::quorum::{yes_no, Round};
 use crate::scripts::{self, EXTEND};
 use crate::shared::Shared;
+use crate::telemetry;
 use crate::{Error, FencingToken, LockOptions, LossReason};
 
 pub(crate) struct Lease {
@@ -106,6 +107,7 @@ impl Lease {
             return;
         }
         st.lost = Some(reason);
+        telemetry::lease_lost(self, reason);
         for tx in st.listeners.drain(..) {
             // Each listener has room for its one message.
             let _ = tx.try_send(reason);
@@ -169,6 +171,10 @@ pub(crate) fn send_release(
     if st.released {
         return None;
     }
+    // A lease past its validity that nobody observed yet is lost, exactly
+    // as if the watchdog had got there first.
+    let was_lost = lease.loss_locked(&mut st, Instant::now()).is_some();
+    telemetry::lease_released(lease, was_lost);
     st.released = true;
     st.listeners.clear();
     lease.changed.notify_all();
@@ -263,6 +269,13 @@ impl PendingExtend<'_> {
     /// Counts the answers. Success needs a quorum before the new validity,
     /// measured from the start of this round, runs out.
     pub fn finish(self, shared: &Shared) -> Result<(), Error> {
+        let lease = self.lease;
+        let result = self.count(shared);
+        telemetry::extend_finished(&lease.target.name, &result);
+        result
+    }
+
+    fn count(self, shared: &Shared) -> Result<(), Error> {
         let deadline = self.start + shared.cfg.instance_timeout;
         let tally = self.round.wait(deadline);
         let lease = self.lease;

@@ -93,6 +93,15 @@
 //! `redfence:fence:{R}` (the fencing counter; expires after 24 h unused) and
 //! the pub/sub channel `redfence:released:{R}`.
 //!
+//! ## Observability
+//!
+//! Feature `metrics` records lock health through the `metrics` facade
+//! (`redfence_acquire_total{outcome}`, `redfence_lease_lost_total{reason}`,
+//! `redfence_instance_errors_total{instance, kind}`, …; see
+//! `describe_metrics`), feature `tracing` gives each lock call a span and
+//! warns of lost leases, failed extensions and failing instances. The
+//! README lists every series and event, with suggested alerts.
+//!
 //! ## What the user must still do
 //!
 //! A lease can end while its holder still works (a pause longer than the
@@ -123,6 +132,7 @@ mod retry;
 mod scripts;
 mod shared;
 pub mod sql;
+mod telemetry;
 #[cfg(feature = "tls-rustls")]
 mod tls;
 mod token;
@@ -153,6 +163,9 @@ pub use guard::{LockGuard, MultiGuard};
 pub use keys::{MAX_RESOURCES, MAX_RESOURCE_LEN};
 pub use options::LockOptions;
 pub use token::FencingToken;
+
+#[cfg(feature = "metrics")]
+pub use telemetry::describe_metrics;
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,513 @@
+//! Metrics (feature `metrics`) and tracing events (feature `tracing`).
+//!
+//! This is the only module that names a metric or emits an event: the lock
+//! path carries one-line calls into it, so its code stays readable and the
+//! calls are easy to move when that code changes. With both features off
+//! every function here is empty and compiles away.
+//!
+//! Rules kept here: labels stay low-cardinality (never the resource name),
+//! and nothing logged or recorded carries a lock value or a credential
+//! (instance names are `host:port/db`, built without credentials).
+#![cfg_attr(
+    not(all(feature = "metrics", feature = "tracing")),
+    allow(unused_variables, unused_imports)
+)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use crate::acquire::{Failure, Grant};
+use crate::error::InstanceErrorKind;
+use crate::instance::Replies;
+use crate::lease::Lease;
+use crate::{Error, LossReason};
+
+/// Metric names: the contract dashboards rely on.
+#[cfg(feature = "metrics")]
+mod names {
+    pub const ACQUIRE_TOTAL: &str = "redfence_acquire_total";
+    pub const ACQUIRE_ATTEMPTS_TOTAL: &str = "redfence_acquire_attempts_total";
+    pub const ACQUIRE_DURATION: &str = "redfence_acquire_duration_seconds";
+    pub const HOLD_DURATION: &str = "redfence_hold_duration_seconds";
+    pub const EXTEND_TOTAL: &str = "redfence_extend_total";
+    pub const LEASE_LOST_TOTAL: &str = "redfence_lease_lost_total";
+    pub const FENCE_RAISE_TOTAL: &str = "redfence_fence_raise_total";
+    pub const INSTANCE_ERRORS_TOTAL: &str = "redfence_instance_errors_total";
+    pub const HELD_LOCKS: &str = "redfence_held_locks";
+    pub const OWED_RELEASES: &str = "redfence_owed_releases";
+    pub const OWED_RELEASES_DROPPED_TOTAL: &str = "redfence_owed_releases_dropped_total";
+}
+#[cfg(feature = "metrics")]
+use names::*;
+
+/// Event targets, so that a filter can pick an area (`redfence::lease=warn`).
+#[cfg(feature = "tracing")]
+mod targets {
+    pub const LOCK: &str = "redfence::lock";
+    pub const LEASE: &str = "redfence::lease";
+    pub const INSTANCE: &str = "redfence::instance";
+}
+
+/// Registers the help text and unit of every redfence metric with the
+/// recorder installed now.
+///
+/// Each client calls it when it is built; call it yourself if you install
+/// the recorder after building the client. Calling it again is harmless.
+///
+/// ```
+/// # let recorder = metrics::NoopRecorder;
+/// metrics::set_global_recorder(recorder).ok();
+/// redfence::describe_metrics();
+/// ```
+#[cfg(feature = "metrics")]
+pub fn describe_metrics() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(
+        ACQUIRE_TOTAL,
+        Unit::Count,
+        "Lock calls by outcome: granted, contended, unavailable, no_validity, wrong_type, invalid."
+    );
+    describe_counter!(
+        ACQUIRE_ATTEMPTS_TOTAL,
+        Unit::Count,
+        "Acquisition attempts (votes), retries included."
+    );
+    describe_histogram!(
+        ACQUIRE_DURATION,
+        Unit::Seconds,
+        "Duration of whole lock calls, waits included, by outcome."
+    );
+    describe_histogram!(
+        HOLD_DURATION,
+        Unit::Seconds,
+        "Time from a grant to its release or to the loss of its lease."
+    );
+    describe_counter!(
+        EXTEND_TOTAL,
+        Unit::Count,
+        "Lease extension rounds (watchdog and manual) by outcome: ok, failed."
+    );
+    describe_counter!(
+        LEASE_LOST_TOTAL,
+        Unit::Count,
+        "Leases lost while held, by reason: expired, not_held, extension_failed, extension_limit."
+    );
+    describe_counter!(
+        FENCE_RAISE_TOTAL,
+        Unit::Count,
+        "Fence raise rounds that reached a quorum (the granting instances' counters disagreed)."
+    );
+    describe_counter!(
+        INSTANCE_ERRORS_TOTAL,
+        Unit::Count,
+        "Failed exchanges with an instance, by instance (host:port/db) and kind."
+    );
+    describe_gauge!(
+        HELD_LOCKS,
+        Unit::Count,
+        "Lock guards alive in this process."
+    );
+    describe_gauge!(
+        OWED_RELEASES,
+        Unit::Count,
+        "Releases queued for retry because their instance could not be reached, by instance."
+    );
+    describe_counter!(
+        OWED_RELEASES_DROPPED_TOTAL,
+        Unit::Count,
+        "Owed releases given up because too many were queued for one instance."
+    );
+}
+
+/// Called when a client is built: descriptions reach the recorder that is
+/// installed by then.
+#[inline]
+pub(crate) fn client_built() {
+    #[cfg(feature = "metrics")]
+    describe_metrics();
+}
+
+/// The `outcome` label of a lock call that failed with `error`.
+#[cfg(any(feature = "metrics", feature = "tracing"))]
+fn error_outcome(error: &Error) -> &'static str {
+    match error {
+        Error::Contended { .. } => "contended",
+        Error::Unavailable { .. } => "unavailable",
+        Error::NoValidity { .. } => "no_validity",
+        Error::WrongType { .. } => "wrong_type",
+        Error::InvalidResource { .. }
+        | Error::InvalidOptions { .. }
+        | Error::InvalidConfig { .. } => "invalid",
+        // A lock call never loses a lease; counted with the caller's
+        // mistakes rather than given a label of its own.
+        Error::Lost { .. } => "invalid",
+    }
+}
+
+/// The `reason` label of a lost lease.
+#[cfg(any(feature = "metrics", feature = "tracing"))]
+fn loss_label(reason: LossReason) -> &'static str {
+    match reason {
+        LossReason::Expired => "expired",
+        LossReason::NotHeld => "not_held",
+        LossReason::ExtensionFailed => "extension_failed",
+        LossReason::ExtensionLimit => "extension_limit",
+        LossReason::Released => "released",
+    }
+}
+
+/// The `kind` label of an instance error.
+#[cfg(any(feature = "metrics", feature = "tracing"))]
+fn kind_label(kind: InstanceErrorKind) -> &'static str {
+    match kind {
+        InstanceErrorKind::Timeout => "timeout",
+        InstanceErrorKind::Connect => "connect",
+        InstanceErrorKind::Auth => "auth",
+        InstanceErrorKind::Tls => "tls",
+        InstanceErrorKind::WrongType => "wrong_type",
+        InstanceErrorKind::Io => "io",
+        InstanceErrorKind::Server => "server",
+        InstanceErrorKind::Protocol => "protocol",
+        InstanceErrorKind::Overloaded => "overloaded",
+    }
+}
+
+/// One lock call: its span, and what is recorded when it ends.
+pub(crate) struct LockCall {
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    started: Instant,
+    #[cfg(feature = "tracing")]
+    span: tracing::Span,
+}
+
+impl LockCall {
+    #[inline]
+    pub fn start(resource: &str, wait: Duration) -> Self {
+        // A name the call will refuse may be of any size: not worth a log line.
+        #[cfg(feature = "tracing")]
+        let resource = if resource.len() <= crate::MAX_RESOURCE_LEN {
+            resource
+        } else {
+            "(too long)"
+        };
+        LockCall {
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            started: Instant::now(),
+            #[cfg(feature = "tracing")]
+            span: tracing::info_span!(
+                target: targets::LOCK,
+                "lock",
+                resource,
+                wait = ?wait,
+                outcome = tracing::field::Empty,
+                token = tracing::field::Empty,
+                attempts = tracing::field::Empty,
+            ),
+        }
+    }
+
+    /// Runs the call's attempts inside its span, so their events carry it.
+    #[inline]
+    pub fn in_scope<T>(&self, f: impl FnOnce() -> T) -> T {
+        #[cfg(feature = "tracing")]
+        let out = self.span.in_scope(f);
+        #[cfg(not(feature = "tracing"))]
+        let out = f();
+        out
+    }
+
+    /// Records the call's outcome: one count per call, whatever the number
+    /// of attempts.
+    #[inline]
+    pub fn finish(self, result: &Result<Arc<Lease>, Error>, attempts: u32) {
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        {
+            let outcome = match result {
+                Ok(_) => "granted",
+                Err(e) => error_outcome(e),
+            };
+            let elapsed = self.started.elapsed();
+            #[cfg(feature = "metrics")]
+            {
+                metrics::counter!(ACQUIRE_TOTAL, "outcome" => outcome).increment(1);
+                metrics::counter!(ACQUIRE_ATTEMPTS_TOTAL).increment(u64::from(attempts));
+                metrics::histogram!(ACQUIRE_DURATION, "outcome" => outcome)
+                    .record(elapsed.as_secs_f64());
+            }
+            #[cfg(feature = "tracing")]
+            {
+                let span = &self.span;
+                span.record("outcome", outcome);
+                span.record("attempts", attempts);
+                if let Ok(lease) = result {
+                    // A set's first member's token; the others follow it in
+                    // the "attempt granted" event.
+                    span.record("token", lease.tokens[0].get());
+                }
+                span.in_scope(|| {
+                    tracing::debug!(
+                        target: targets::LOCK,
+                        outcome,
+                        attempts,
+                        elapsed = ?elapsed,
+                        "lock call finished"
+                    )
+                });
+            }
+        }
+    }
+}
+
+/// One acquisition attempt ended (granted or not).
+#[inline]
+pub(crate) fn attempt_finished(attempt: u32, elapsed: Duration, result: &Result<Grant, Failure>) {
+    #[cfg(feature = "tracing")]
+    match result {
+        Ok(grant) => tracing::debug!(
+            target: targets::LOCK,
+            attempt,
+            elapsed = ?elapsed,
+            tokens = ?grant.tokens,
+            "attempt granted"
+        ),
+        Err(failure) => tracing::debug!(
+            target: targets::LOCK,
+            attempt,
+            elapsed = ?elapsed,
+            outcome = error_outcome(&failure.error),
+            granted = failure.granted,
+            error = %failure.error,
+            "attempt failed"
+        ),
+    }
+}
+
+/// A fence raise round (for `members` resources of the grant) ended;
+/// `reached_quorum` tells whether the grant could stand.
+#[inline]
+pub(crate) fn fence_raise_round(reached_quorum: bool, members: usize) {
+    #[cfg(feature = "metrics")]
+    if reached_quorum {
+        metrics::counter!(FENCE_RAISE_TOTAL).increment(1);
+    }
+    #[cfg(feature = "tracing")]
+    tracing::debug!(
+        target: targets::LOCK,
+        members,
+        reached_quorum,
+        "fence raise round"
+    );
+}
+
+/// A guard was handed out.
+#[inline]
+pub(crate) fn guard_created() {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!(HELD_LOCKS).increment(1.0);
+}
+
+/// A guard was dropped (released explicitly or not). Rust drops each guard
+/// exactly once, so the gauge cannot drift.
+#[inline]
+pub(crate) fn guard_dropped() {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!(HELD_LOCKS).decrement(1.0);
+}
+
+/// A held lease was lost. Called once per lease, when it is marked lost.
+#[inline]
+pub(crate) fn lease_lost(lease: &Lease, reason: LossReason) {
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    let held = lease.acquired_at.elapsed();
+    #[cfg(feature = "metrics")]
+    {
+        metrics::counter!(LEASE_LOST_TOTAL, "reason" => loss_label(reason)).increment(1);
+        metrics::histogram!(HOLD_DURATION).record(held.as_secs_f64());
+    }
+    #[cfg(feature = "tracing")]
+    tracing::warn!(
+        target: targets::LEASE,
+        resource = %lease.target.name,
+        token = lease.tokens[0].get(),
+        reason = loss_label(reason),
+        held = ?held,
+        "lease lost"
+    );
+}
+
+/// A lease was released (once per lease). `was_lost`: its loss was
+/// recorded already, with the hold time up to the loss.
+#[inline]
+pub(crate) fn lease_released(lease: &Lease, was_lost: bool) {
+    #[cfg(feature = "metrics")]
+    if !was_lost {
+        metrics::histogram!(HOLD_DURATION).record(lease.acquired_at.elapsed().as_secs_f64());
+    }
+}
+
+/// An extension round ended (the watchdog's or an explicit `extend`).
+#[inline]
+pub(crate) fn extend_finished(resource: &str, result: &Result<(), Error>) {
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    {
+        // A guard released while its round was under way: not a failure.
+        if let Err(Error::Lost {
+            reason: LossReason::Released,
+            ..
+        }) = result
+        {
+            return;
+        }
+        #[cfg(feature = "metrics")]
+        {
+            let outcome = if result.is_ok() { "ok" } else { "failed" };
+            metrics::counter!(EXTEND_TOTAL, "outcome" => outcome).increment(1);
+        }
+        #[cfg(feature = "tracing")]
+        if let Err(error) = result {
+            tracing::warn!(
+                target: targets::LEASE,
+                resource,
+                error = %error,
+                "lease extension round failed"
+            );
+        }
+    }
+}
+
+/// A request was refused because the instance's queue was full.
+#[inline]
+pub(crate) fn instance_overloaded(instance: &str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(
+        INSTANCE_ERRORS_TOTAL,
+        "instance" => instance.to_string(),
+        "kind" => kind_label(InstanceErrorKind::Overloaded)
+    )
+    .increment(1);
+}
+
+#[cfg(feature = "metrics")]
+fn count_instance_error(instance: &str, kind: InstanceErrorKind) {
+    metrics::counter!(
+        INSTANCE_ERRORS_TOTAL,
+        "instance" => instance.to_string(),
+        "kind" => kind_label(kind)
+    )
+    .increment(1);
+}
+
+/// What one instance's worker knows about its instance's health: whether
+/// it is in a run of failures (so only the first is logged) and how many
+/// owed releases it last reported. Lives in the worker thread.
+pub(crate) struct InstanceHealth {
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    instance: String,
+    #[cfg(feature = "tracing")]
+    failing: std::cell::Cell<bool>,
+    #[cfg(feature = "metrics")]
+    owed: std::cell::Cell<usize>,
+}
+
+impl InstanceHealth {
+    #[inline]
+    pub fn new(instance: &str) -> Self {
+        InstanceHealth {
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            instance: instance.to_string(),
+            #[cfg(feature = "tracing")]
+            failing: std::cell::Cell::new(false),
+            #[cfg(feature = "metrics")]
+            owed: std::cell::Cell::new(0),
+        }
+    }
+
+    /// The results of one pipeline sent to the instance. A connection
+    /// failure, I/O error or timeout fails the whole rest of a pipeline at
+    /// once and counts once; each error reply counts once.
+    #[inline]
+    pub fn observe(&self, results: &[Replies]) {
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        {
+            let failure = results.iter().find_map(|r| r.as_ref().err());
+            #[cfg(feature = "metrics")]
+            {
+                if let Some(e) = failure {
+                    count_instance_error(&self.instance, e.kind());
+                }
+                for values in results.iter().flatten() {
+                    for v in values {
+                        if let Value::ServerError(e) = v {
+                            count_instance_error(
+                                &self.instance,
+                                InstanceErrorKind::from_code(e.code()),
+                            );
+                        }
+                    }
+                }
+            }
+            #[cfg(feature = "tracing")]
+            match failure {
+                Some(e) if !self.failing.replace(true) => tracing::warn!(
+                    target: targets::INSTANCE,
+                    instance = %self.instance,
+                    kind = kind_label(e.kind()),
+                    error = e.detail(),
+                    "instance failing"
+                ),
+                None if results.iter().any(|r| r.is_ok()) && self.failing.replace(false) => {
+                    tracing::info!(
+                        target: targets::INSTANCE,
+                        instance = %self.instance,
+                        "instance answering again"
+                    )
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// After a round of the worker: `queued` releases are owed to the
+    /// instance, and `dropped` were just given up.
+    #[inline]
+    pub fn owed(&self, queued: usize, dropped: usize) {
+        #[cfg(feature = "metrics")]
+        {
+            // Adjusted by the change rather than set, so that several
+            // clients' workers for one instance add up.
+            let before = self.owed.replace(queued);
+            if queued != before {
+                metrics::gauge!(OWED_RELEASES, "instance" => self.instance.clone())
+                    .increment(queued as f64 - before as f64);
+            }
+            if dropped > 0 {
+                metrics::counter!(OWED_RELEASES_DROPPED_TOTAL, "instance" => self.instance.clone())
+                    .increment(dropped as u64);
+            }
+        }
+        #[cfg(feature = "tracing")]
+        if dropped > 0 {
+            tracing::warn!(
+                target: targets::INSTANCE,
+                instance = %self.instance,
+                dropped,
+                still_owed = queued,
+                "owed releases given up: too many queued for an unreachable instance"
+            );
+        }
+    }
+}
+
+#[cfg(feature = "metrics")]
+impl Drop for InstanceHealth {
+    fn drop(&mut self) {
+        // The worker stops: what it still owed is not retried any more.
+        let before = self.owed.replace(0);
+        if before > 0 {
+            metrics::gauge!(OWED_RELEASES, "instance" => self.instance.clone())
+                .decrement(before as f64);
+        }
+    }
+}

@@ -1,0 +1,648 @@
+//! Metrics and tracing, observed the way an application observes them: a
+//! real `metrics` recorder (metrics-util's debugging recorder) and a real
+//! `tracing` subscriber, both installed process-wide, since the watchdog and
+//! the instance workers record from their own threads.
+//!
+//! Run with `cargo test --features testing,metrics,tracing --test telemetry`
+//! (either feature alone works too; without both the file is empty).
+#![cfg(any(feature = "metrics", feature = "tracing"))]
+
+mod common;
+
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use common::{builder, eventually, lock_key};
+use redfence::testing::RedisCluster;
+use redfence::{Error, LockOptions, LossReason, Redlock};
+
+/// The recorder and the subscriber are global: the tests take turns, and
+/// each one looks only at what happened during its turn.
+fn turn() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        #[cfg(feature = "metrics")]
+        recorded::install();
+        #[cfg(feature = "tracing")]
+        captured::install();
+    });
+    let guard = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    // Forget what earlier turns recorded.
+    #[cfg(feature = "metrics")]
+    recorded::take();
+    #[cfg(feature = "tracing")]
+    captured::take();
+    guard
+}
+
+/// A client whose timeouts leave room for a loaded machine, so that only
+/// the faults a test makes show up as instance errors.
+fn patient(cluster: &RedisCluster) -> Redlock {
+    builder(cluster)
+        .instance_timeout(Duration::from_millis(1000))
+        .build()
+        .expect("client builds")
+}
+
+fn instance_name(cluster: &RedisCluster, i: usize) -> String {
+    format!("127.0.0.1:{}/0", cluster.server(i).port())
+}
+
+#[cfg(feature = "metrics")]
+mod recorded {
+    //! What the debugging recorder saw since the last look.
+
+    use std::sync::OnceLock;
+
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+
+    static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
+
+    pub fn install() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder
+            .install()
+            .expect("no other recorder in this binary");
+        let _ = SNAPSHOTTER.set(snapshotter);
+    }
+
+    /// One series' change since the last `take`: a counter's increase, a
+    /// gauge's change (the recorder resets both when read), or the number
+    /// of values a histogram received.
+    #[derive(Debug)]
+    pub struct Sample {
+        pub name: String,
+        pub labels: Vec<(String, String)>,
+        pub value: f64,
+    }
+
+    pub fn take() -> Vec<Sample> {
+        let snapshotter = SNAPSHOTTER.get().expect("recorder installed");
+        snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .map(|(key, _, _, value)| Sample {
+                name: key.key().name().to_string(),
+                labels: key
+                    .key()
+                    .labels()
+                    .map(|l| (l.key().to_string(), l.value().to_string()))
+                    .collect(),
+                value: match value {
+                    DebugValue::Counter(n) => n as f64,
+                    DebugValue::Gauge(g) => g.into_inner(),
+                    DebugValue::Histogram(values) => values.len() as f64,
+                },
+            })
+            // Series untouched since the last look read as zero.
+            .filter(|s| s.value != 0.0)
+            .collect()
+    }
+
+    /// Sum over the series of `name` that carry all of `labels`.
+    pub fn sum(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+        samples
+            .iter()
+            .filter(|s| s.name == name)
+            .filter(|s| {
+                labels
+                    .iter()
+                    .all(|(k, v)| s.labels.iter().any(|(lk, lv)| lk == k && lv == v))
+            })
+            .map(|s| s.value)
+            .sum()
+    }
+
+    /// The histogram values of `name` (seconds) are checked through
+    /// counts only; their label sets must never include the resource.
+    pub fn assert_no_resource_label(samples: &[Sample], resource: &str) {
+        for s in samples {
+            assert!(
+                s.labels.iter().all(|(_, v)| !v.contains(resource)),
+                "resource name in the labels of {s:?}"
+            );
+        }
+    }
+}
+
+#[cfg(feature = "tracing")]
+mod captured {
+    //! A subscriber layer that keeps every event and every closed span.
+
+    use std::collections::BTreeMap;
+    use std::fmt;
+    use std::sync::Mutex;
+
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record as SpanValues};
+    use tracing::{Event, Level, Subscriber};
+    use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+    use tracing_subscriber::registry::LookupSpan;
+
+    #[derive(Debug, Clone)]
+    pub enum Record {
+        Event {
+            level: Level,
+            target: String,
+            fields: BTreeMap<String, String>,
+            /// Names of the enclosing spans, outermost first.
+            spans: Vec<String>,
+        },
+        SpanClosed {
+            name: String,
+            fields: BTreeMap<String, String>,
+        },
+    }
+
+    impl Record {
+        pub fn message(&self) -> &str {
+            match self {
+                Record::Event { fields, .. } => {
+                    fields.get("message").map(String::as_str).unwrap_or("")
+                }
+                Record::SpanClosed { .. } => "",
+            }
+        }
+
+        pub fn field(&self, name: &str) -> Option<&str> {
+            match self {
+                Record::Event { fields, .. } | Record::SpanClosed { fields, .. } => {
+                    fields.get(name).map(String::as_str)
+                }
+            }
+        }
+    }
+
+    static RECORDS: Mutex<Vec<Record>> = Mutex::new(Vec::new());
+
+    #[derive(Default)]
+    struct Fields(BTreeMap<String, String>);
+
+    impl Visit for Fields {
+        fn record_str(&mut self, field: &Field, value: &str) {
+            self.0.insert(field.name().to_string(), value.to_string());
+        }
+        fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+            self.0
+                .insert(field.name().to_string(), format!("{value:?}"));
+        }
+    }
+
+    struct Capture;
+
+    impl<S> Layer<S> for Capture
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+            let mut fields = Fields::default();
+            attrs.record(&mut fields);
+            if let Some(span) = ctx.span(id) {
+                span.extensions_mut().insert(fields);
+            }
+        }
+
+        fn on_record(&self, id: &Id, values: &SpanValues<'_>, ctx: Context<'_, S>) {
+            if let Some(span) = ctx.span(id) {
+                if let Some(fields) = span.extensions_mut().get_mut::<Fields>() {
+                    values.record(fields);
+                }
+            }
+        }
+
+        fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+            let mut fields = Fields::default();
+            event.record(&mut fields);
+            let spans = ctx
+                .event_scope(event)
+                .map(|scope| scope.from_root().map(|s| s.name().to_string()).collect())
+                .unwrap_or_default();
+            lock().push(Record::Event {
+                level: *event.metadata().level(),
+                target: event.metadata().target().to_string(),
+                fields: fields.0,
+                spans,
+            });
+        }
+
+        fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+            if let Some(span) = ctx.span(&id) {
+                let fields = span
+                    .extensions()
+                    .get::<Fields>()
+                    .map(|f| f.0.clone())
+                    .unwrap_or_default();
+                lock().push(Record::SpanClosed {
+                    name: span.name().to_string(),
+                    fields,
+                });
+            }
+        }
+    }
+
+    fn lock() -> std::sync::MutexGuard<'static, Vec<Record>> {
+        RECORDS.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn install() {
+        let subscriber = tracing_subscriber::registry().with(Capture);
+        tracing::subscriber::set_global_default(subscriber).expect("no other subscriber");
+    }
+
+    /// Everything recorded since the last `take`.
+    pub fn take() -> Vec<Record> {
+        std::mem::take(&mut *lock())
+    }
+
+    /// Events at `level` with this message.
+    pub fn events<'a>(records: &'a [Record], level: Level, message: &str) -> Vec<&'a Record> {
+        records
+            .iter()
+            .filter(|r| matches!(r, Record::Event { level: l, .. } if *l == level))
+            .filter(|r| r.message() == message)
+            .collect()
+    }
+
+    /// The closed `lock` spans of `resource`.
+    pub fn lock_spans<'a>(records: &'a [Record], resource: &str) -> Vec<&'a Record> {
+        records
+            .iter()
+            .filter(|r| matches!(r, Record::SpanClosed { name, .. } if name == "lock"))
+            .filter(|r| r.field("resource") == Some(resource))
+            .collect()
+    }
+
+    /// No record mentions `secret` anywhere.
+    pub fn assert_never_mentioned(records: &[Record], secret: &str) {
+        for r in records {
+            assert!(!format!("{r:?}").contains(secret), "{secret:?} in {r:?}");
+        }
+    }
+}
+
+#[test]
+fn a_granted_lock_is_counted_once_and_traced_with_its_token() {
+    let _turn = turn();
+    let cluster = RedisCluster::start(3);
+    let locks = patient(&cluster);
+    let guard = locks.lock("t-granted").expect("granted");
+    let token = guard.token().get();
+    let value = cluster
+        .server(0)
+        .get(&lock_key("t-granted"))
+        .expect("lock key set");
+
+    #[cfg(feature = "metrics")]
+    {
+        let m = recorded::take();
+        let total = |o: &str| recorded::sum(&m, "redfence_acquire_total", &[("outcome", o)]);
+        assert_eq!(total("granted"), 1.0, "{m:?}");
+        assert_eq!(recorded::sum(&m, "redfence_acquire_total", &[]), 1.0);
+        assert_eq!(
+            recorded::sum(&m, "redfence_acquire_attempts_total", &[]),
+            1.0
+        );
+        assert_eq!(
+            recorded::sum(
+                &m,
+                "redfence_acquire_duration_seconds",
+                &[("outcome", "granted")]
+            ),
+            1.0
+        );
+        assert_eq!(recorded::sum(&m, "redfence_held_locks", &[]), 1.0);
+        assert_eq!(
+            recorded::sum(&m, "redfence_hold_duration_seconds", &[]),
+            0.0
+        );
+        assert_eq!(
+            recorded::sum(&m, "redfence_instance_errors_total", &[]),
+            0.0
+        );
+        recorded::assert_no_resource_label(&m, "t-granted");
+    }
+
+    guard.release().expect("released");
+
+    #[cfg(feature = "metrics")]
+    {
+        let m = recorded::take();
+        assert_eq!(recorded::sum(&m, "redfence_held_locks", &[]), -1.0);
+        assert_eq!(
+            recorded::sum(&m, "redfence_hold_duration_seconds", &[]),
+            1.0
+        );
+        assert_eq!(recorded::sum(&m, "redfence_lease_lost_total", &[]), 0.0);
+    }
+
+    #[cfg(feature = "tracing")]
+    {
+        use tracing::Level;
+        let t = captured::take();
+        let spans = captured::lock_spans(&t, "t-granted");
+        assert_eq!(spans.len(), 1, "{t:#?}");
+        let span = spans[0];
+        assert_eq!(span.field("outcome"), Some("granted"));
+        assert_eq!(span.field("attempts"), Some("1"));
+        assert_eq!(span.field("token"), Some(token.to_string().as_str()));
+        assert!(span.field("wait").is_some());
+        let attempts = captured::events(&t, Level::DEBUG, "attempt granted");
+        assert_eq!(attempts.len(), 1, "{t:#?}");
+        assert!(
+            matches!(attempts[0], captured::Record::Event { spans, target, .. }
+                if spans == &["lock".to_string()] && target == "redfence::lock"),
+            "the attempt event is inside the lock span: {:?}",
+            attempts[0]
+        );
+        assert!(
+            !t.iter().any(
+                |r| matches!(r, captured::Record::Event { level, .. } if *level <= Level::WARN)
+            ),
+            "no warning for a healthy grant: {t:#?}"
+        );
+        captured::assert_never_mentioned(&t, &value);
+    }
+    let _ = (token, value);
+}
+
+#[test]
+fn a_contended_try_lock_counts_as_contended_with_one_attempt() {
+    let _turn = turn();
+    let cluster = RedisCluster::start(3);
+    let holder = patient(&cluster);
+    let rival = patient(&cluster);
+    let guard = holder.lock("t-contended").expect("granted");
+    match rival.try_lock("t-contended") {
+        Err(Error::Contended { attempts: 1, .. }) => {}
+        other => panic!("expected contention, got {other:?}"),
+    }
+
+    #[cfg(feature = "metrics")]
+    {
+        let m = recorded::take();
+        let total = |o: &str| recorded::sum(&m, "redfence_acquire_total", &[("outcome", o)]);
+        assert_eq!(total("granted"), 1.0, "{m:?}");
+        assert_eq!(total("contended"), 1.0, "{m:?}");
+        assert_eq!(
+            recorded::sum(&m, "redfence_acquire_attempts_total", &[]),
+            2.0
+        );
+        assert_eq!(
+            recorded::sum(
+                &m,
+                "redfence_acquire_duration_seconds",
+                &[("outcome", "contended")]
+            ),
+            1.0
+        );
+        // Only the holder's guard exists.
+        assert_eq!(recorded::sum(&m, "redfence_held_locks", &[]), 1.0);
+        recorded::assert_no_resource_label(&m, "t-contended");
+    }
+
+    #[cfg(feature = "tracing")]
+    {
+        use tracing::Level;
+        let t = captured::take();
+        let spans = captured::lock_spans(&t, "t-contended");
+        assert_eq!(spans.len(), 2, "{t:#?}");
+        let contended: Vec<_> = spans
+            .iter()
+            .filter(|s| s.field("outcome") == Some("contended"))
+            .collect();
+        assert_eq!(contended.len(), 1, "{spans:#?}");
+        assert_eq!(contended[0].field("attempts"), Some("1"));
+        assert_eq!(contended[0].field("token"), None);
+        let failed = captured::events(&t, Level::DEBUG, "attempt failed");
+        assert_eq!(failed.len(), 1, "{t:#?}");
+        assert_eq!(failed[0].field("outcome"), Some("contended"));
+    }
+
+    guard.release().expect("released");
+}
+
+#[test]
+fn a_lease_lost_to_a_stopped_majority_is_counted_and_warned_once() {
+    let _turn = turn();
+    let cluster = RedisCluster::start(5);
+    // Timeouts short against the TTL, so that the loss comes quickly, yet
+    // long enough that the running instances do not time out under load.
+    let locks = builder(&cluster)
+        .instance_timeout(Duration::from_millis(200))
+        .build()
+        .expect("client builds");
+    let guard = locks
+        .lock_with(
+            "t-lost",
+            LockOptions::new().ttl(Duration::from_millis(3000)),
+        )
+        .expect("granted");
+    let token = guard.token().get();
+    cluster.stop(&[0, 1, 2]);
+    let reason = guard.wait_lost(Duration::from_secs(10)).expect("lost");
+    assert!(
+        matches!(reason, LossReason::ExtensionFailed | LossReason::Expired),
+        "{reason:?}"
+    );
+    let label = match reason {
+        LossReason::Expired => "expired",
+        _ => "extension_failed",
+    };
+    // Dropped while the majority is stopped: its release is owed to them.
+    drop(guard);
+    let stopped: Vec<String> = (0..3).map(|i| instance_name(&cluster, i)).collect();
+
+    #[cfg(feature = "metrics")]
+    let during = {
+        let mut seen = Vec::new();
+        let owed_everywhere = eventually(Duration::from_secs(5), || {
+            seen.extend(recorded::take());
+            stopped
+                .iter()
+                .all(|i| recorded::sum(&seen, "redfence_owed_releases", &[("instance", i)]) >= 1.0)
+        });
+        assert!(owed_everywhere, "owed releases not counted: {seen:?}");
+        seen
+    };
+
+    cluster.cont(&[0, 1, 2]);
+
+    #[cfg(feature = "metrics")]
+    {
+        let mut m = during;
+        let delivered = eventually(Duration::from_secs(5), || {
+            m.extend(recorded::take());
+            recorded::sum(&m, "redfence_owed_releases", &[]) == 0.0
+        });
+        assert!(delivered, "owed releases never delivered: {m:?}");
+        assert_eq!(
+            recorded::sum(&m, "redfence_lease_lost_total", &[("reason", label)]),
+            1.0,
+            "{m:?}"
+        );
+        assert_eq!(recorded::sum(&m, "redfence_lease_lost_total", &[]), 1.0);
+        // Recorded at the loss, not again at the drop.
+        assert_eq!(
+            recorded::sum(&m, "redfence_hold_duration_seconds", &[]),
+            1.0
+        );
+        assert!(recorded::sum(&m, "redfence_extend_total", &[("outcome", "failed")]) >= 1.0);
+        assert_eq!(recorded::sum(&m, "redfence_held_locks", &[]), 0.0);
+        for i in &stopped {
+            assert!(
+                recorded::sum(&m, "redfence_instance_errors_total", &[("instance", i)]) >= 1.0,
+                "no error counted for {i}: {m:?}"
+            );
+        }
+        for i in 3..5 {
+            let name = instance_name(&cluster, i);
+            assert_eq!(
+                recorded::sum(&m, "redfence_owed_releases", &[("instance", &name)]),
+                0.0
+            );
+        }
+        recorded::assert_no_resource_label(&m, "t-lost");
+    }
+
+    #[cfg(feature = "tracing")]
+    {
+        use tracing::Level;
+        let mut t = captured::take();
+        // The workers notice the instances' return when they next answer.
+        let answering = eventually(Duration::from_secs(5), || {
+            t.extend(captured::take());
+            let back = captured::events(&t, Level::INFO, "instance answering again");
+            stopped
+                .iter()
+                .all(|i| back.iter().any(|r| r.field("instance") == Some(i.as_str())))
+        });
+        assert!(answering, "{t:#?}");
+        let lost = captured::events(&t, Level::WARN, "lease lost");
+        assert_eq!(lost.len(), 1, "{t:#?}");
+        assert_eq!(lost[0].field("resource"), Some("t-lost"));
+        assert_eq!(lost[0].field("reason"), Some(label));
+        assert_eq!(lost[0].field("token"), Some(token.to_string().as_str()));
+        assert!(!captured::events(&t, Level::WARN, "lease extension round failed").is_empty());
+        // Many requests failed on each stopped instance (extension rounds,
+        // owed releases retried): one warning each.
+        let failing = captured::events(&t, Level::WARN, "instance failing");
+        for i in &stopped {
+            let n = failing
+                .iter()
+                .filter(|r| r.field("instance") == Some(i.as_str()))
+                .count();
+            assert_eq!(n, 1, "warnings for {i}: {failing:#?}");
+        }
+    }
+    let _ = (token, label);
+}
+
+#[test]
+fn an_instance_stopped_during_locks_is_counted_and_warned_once() {
+    let _turn = turn();
+    let cluster = RedisCluster::start(5);
+    let locks = patient(&cluster);
+    let frozen = instance_name(&cluster, 4);
+    // Connected first, so that the freeze hits a live connection.
+    locks
+        .lock("t-minority-warm-up")
+        .and_then(|g| g.release())
+        .expect("granted");
+    #[cfg(feature = "metrics")]
+    recorded::take();
+    #[cfg(feature = "tracing")]
+    captured::take();
+    cluster.stop(&[4]);
+    // A quorum of four still answers: every call is granted while the
+    // frozen instance's worker times out, again and again.
+    for i in 0..5 {
+        let guard = locks
+            .lock(&format!("t-minority-{i}"))
+            .expect("granted without the frozen instance");
+        guard.release().expect("released by a quorum");
+    }
+
+    #[cfg(feature = "metrics")]
+    {
+        let mut m = Vec::new();
+        let counted = eventually(Duration::from_secs(5), || {
+            m.extend(recorded::take());
+            recorded::sum(
+                &m,
+                "redfence_instance_errors_total",
+                &[("instance", &frozen)],
+            ) >= 1.0
+        });
+        assert!(counted, "{m:?}");
+        assert_eq!(
+            recorded::sum(&m, "redfence_acquire_total", &[("outcome", "granted")]),
+            5.0
+        );
+        for i in 0..4 {
+            let name = instance_name(&cluster, i);
+            assert_eq!(
+                recorded::sum(&m, "redfence_instance_errors_total", &[("instance", &name)]),
+                0.0,
+                "healthy {name}: {m:?}"
+            );
+        }
+    }
+
+    #[cfg(feature = "tracing")]
+    {
+        use tracing::Level;
+        let mut t = Vec::new();
+        let warned = eventually(Duration::from_secs(5), || {
+            t.extend(captured::take());
+            !captured::events(&t, Level::WARN, "instance failing").is_empty()
+        });
+        assert!(warned, "{t:#?}");
+        let failing = captured::events(&t, Level::WARN, "instance failing");
+        assert_eq!(failing.len(), 1, "{failing:#?}");
+        assert_eq!(failing[0].field("instance"), Some(frozen.as_str()));
+        // Its reads time out; reconnecting then fails too (connects
+        // succeed, the handshake gets no answer).
+        assert!(
+            matches!(failing[0].field("kind"), Some("timeout" | "connect")),
+            "{failing:#?}"
+        );
+        let granted = t
+            .iter()
+            .filter(|r| matches!(r, captured::Record::SpanClosed { .. }))
+            .filter(|r| r.field("outcome") == Some("granted"))
+            .count();
+        assert_eq!(granted, 5, "{t:#?}");
+    }
+
+    // More calls while it stays frozen: more errors, no more warnings.
+    for i in 5..8 {
+        let guard = locks.lock(&format!("t-minority-{i}")).expect("granted");
+        drop(guard);
+    }
+    cluster.cont(&[4]);
+
+    #[cfg(feature = "tracing")]
+    {
+        use tracing::Level;
+        let mut t = captured::take();
+        let answering = eventually(Duration::from_secs(5), || {
+            // A ping queues behind everything sent so far.
+            let _ = locks.ping();
+            t.extend(captured::take());
+            !captured::events(&t, Level::INFO, "instance answering again").is_empty()
+        });
+        assert!(answering, "{t:#?}");
+        let failing = captured::events(&t, Level::WARN, "instance failing");
+        assert!(
+            failing.is_empty(),
+            "warned again during one run: {failing:#?}"
+        );
+        let back = captured::events(&t, Level::INFO, "instance answering again");
+        assert_eq!(back.len(), 1, "{back:#?}");
+        assert_eq!(back[0].field("instance"), Some(frozen.as_str()));
+    }
+    let _ = frozen;
+}
