@@ -232,11 +232,13 @@ pub fn repeat(times: usize, mut run: impl FnMut() -> Sample) -> Sample {
     Sample::median(&samples)
 }
 
-/// `812 µs`, `12.3 ms` from 10 ms up, `8.4 µs` below 100 µs (a CPU cost
-/// per op).
+/// `812 µs`, `12.3 ms` from 10 ms up, `1.23 s` from 1 s up, `8.4 µs`
+/// below 100 µs (a CPU cost per op).
 pub fn fmt_dur(d: Duration) -> String {
     let us = d.as_secs_f64() * 1e6;
-    if us >= 10_000.0 {
+    if us >= 1_000_000.0 {
+        format!("{:.2} s", us / 1e6)
+    } else if us >= 10_000.0 {
         format!("{:.1} ms", us / 1000.0)
     } else if us >= 100.0 {
         format!("{us:.0} µs")
