@@ -4,7 +4,8 @@
 //! cd examples/peers && cargo run --release
 //! ```
 //!
-//! A smoke run (every table and the chart, figures meaningless) takes
+//! takes about two minutes with the defaults and writes `latency.svg` in
+//! `examples/peers`. A smoke run (every table and the chart, figures meaningless) takes
 //! under a minute:
 //!
 //! ```text
@@ -18,7 +19,8 @@
 //! like with like:
 //!
 //! - **raw**: the network's limit, `SET NX PX` then `DEL` written to all five
-//!   plain connections before reading the five replies (one thread);
+//!   plain connections before reading the five replies (one thread; it
+//!   waits for all five, where a client may go on with a quorum of three);
 //! - **redfence** (this repository, sync);
 //! - **rslock** (0.10, async on tokio; driven with `Handle::block_on` from
 //!   plain threads, and also as 16 tokio tasks for the throughput);
@@ -62,14 +64,19 @@
 //!
 //! ## The chart
 //!
-//! The run ends by writing an SVG (to `PEERS_SVG`, default `latency.svg`
-//! in the current directory; the repository keeps one as
+//! After scenario 3 the run writes an SVG (to `PEERS_SVG`, default
+//! `latency.svg` in the current directory; the repository keeps one as
 //! `examples/peers/latency.svg`): the latency distribution of one-thread
-//! lock + release, latency on a log axis against percentile (minimum,
-//! 90 %, 99 %, 99.9 %, evenly spaced in `-log10(1 - q)`), one line per
-//! client, in two panels: healthy (scenario 1) and instance 5 stopped
-//! (scenario 3). Each line joins 41 quantile points; in the healthy panel
-//! each point is the median across repeats.
+//! lock + release, latency on a log axis against percentile (labelled min,
+//! p50, p90, p99, p99.9; evenly spaced in `-log10(1 - q)`, so the tail gets
+//! as much room as the body), one line per client and one for raw, in two
+//! panels: healthy (scenario 1) and instance 5 stopped (scenario 3, raw to
+//! the four live instances; a client that hung is listed in the legend as
+//! such, with no line). Each line joins 41 quantile points; in the healthy
+//! panel each point is the median across repeats. plotters draws it with
+//! its SVG backend alone (text as SVG `<text>`, no font libraries); to look
+//! at it as an image, `rsvg-convert latency.svg -o latency.png` (Debian's
+//! `librsvg2-bin`).
 //!
 //! ## Knobs (environment variables)
 //!
