@@ -6,6 +6,15 @@
 //! cargo run --release --features testing --example bench
 //! ```
 //!
+//! A smoke run (every table, figures meaningless) takes a few seconds once
+//! built:
+//!
+//! ```text
+//! BENCH_REPEATS=1 BENCH_OPS=100 BENCH_SECS=0.3 BENCH_CONTENTION_SECS=0.3 \
+//!   BENCH_CYCLES=2000 BENCH_WARMUP=20 \
+//!   cargo run --release --features testing --example bench
+//! ```
+//!
 //! It starts its own five `redis-server` processes
 //! ([`RedisCluster::start(5)`](redfence::testing::RedisCluster::start)),
 //! runs every scenario `BENCH_REPEATS` times (default 3) and prints, as
@@ -18,10 +27,15 @@
 //! 1. **Raw baseline** — the network's limit. One thread with plain
 //!    `redis::Connection`s writes `SET key val NX PX 30000` to all five
 //!    connections, then reads the five replies, then does the same with
-//!    `DEL`. The latency is that of the SET + DEL pair, distinct keys.
-//!    **1b. Raw scripts** — the same, but with redfence's own acquire and
-//!    release Lua scripts (EVALSHA): what the scripts cost the servers,
-//!    without any of the client's threads.
+//!    `DEL`. The latency is that of the SET + DEL pair, distinct keys. It
+//!    waits for all five replies, where a Redlock client may go on with a
+//!    quorum of three, so a client can come in under it.
+//!    **1b. Raw redfence commands** — the same, but with what redfence
+//!    sends per lock + release: the native acquire pipeline (`SET fence S
+//!    NX PX idle`, `SET lock v NX PX ttl GET`, `INCR fence`, `PEXPIRE fence
+//!    idle`), then its release script by `EVALSHA` (GET + DEL) followed by a
+//!    native `PUBLISH`: what these commands cost the servers, without any
+//!    of the client's threads.
 //! 2. **redfence, one thread** — `lock_with(name, auto_extend(false))` then
 //!    `release()` of distinct resources, the latency of the pair.
 //! 3. **Throughput** — 1, 4 and 16 threads doing the same lock + release of
@@ -47,17 +61,34 @@
 //!    [`FaultProxy`] holding each chunk 250 µs in each direction (a round
 //!    trip of ≥ 0.5 ms, like a datacenter network rather than loopback),
 //!    with a tenth of the ops. It shows how the gap to the raw baseline
-//!    changes once the round trip, not the servers' CPU, dominates; the
-//!    proxy's own threads add CPU to both sides alike.
+//!    changes once the round trip, not the servers' CPU, dominates (target:
+//!    p50 within 1.05× raw). The proxies run in this process, so their
+//!    threads are in both rows' client CPU alike.
+//!    `cd examples/peers && cargo run --release` runs the same network for
+//!    rslock and redlock-rs, and draws the latency chart.
 //!
 //! The notes give the share of grants that needed a **raise round** (their
-//! instances' counters disagreed; counted with `INFO commandstats`, since
-//! only the raise script calls PEXPIRE).
+//! instances' counters disagreed). It is counted with `INFO commandstats`:
+//! a holder's release sends `EVALSHA` (the release script) and `PUBLISH`
+//! together, a raise round sends `EVALSHA` (the raise script) alone, and
+//! the acquire sends no script, so per instance `EVALSHA − PUBLISH` is the
+//! raise rounds that reached it; the busiest instance's count is the
+//! number of rounds. (The acquire's own `PEXPIRE` no longer tells them
+//! apart.) A failed attempt's clean-up would count too; the counted runs
+//! have none (errors 0).
 //!
-//! The latency table also gives the **servers' CPU per op**: the CPU time
-//! the five `redis-server` processes spent during a run (from
-//! `/proc/<pid>/task/*/schedstat`) divided by its ops. On a machine where
-//! client and servers share the cores, that is what caps throughput.
+//! The latency table gives two CPU columns, each a run's CPU time divided
+//! by its successful ops:
+//!
+//! - **client CPU / op**: user + system time of this whole process, every
+//!   thread including those that exited before the run ended
+//!   (`getrusage(RUSAGE_SELF)`, microseconds; `/proc/self/stat` has the
+//!   same in 10 ms ticks). When the servers are on other machines, this is
+//!   what bounds a client's throughput.
+//! - **servers' CPU / op**: the time on the CPU of every thread of the five
+//!   `redis-server` processes (`/proc/<pid>/task/*/schedstat`). On a
+//!   machine where client and servers share the cores, it is what caps
+//!   throughput, and it is the capacity of a shared lock service.
 //!
 //! ## Knobs (environment variables)
 //!
@@ -75,9 +106,9 @@ use redfence::{Error, LockOptions, Redlock};
 mod bench_support;
 
 use bench_support::{
-    contention, env_or, fmt_cpu, fmt_dur, machine_summary, median_by, next_resource, ratio,
-    raw_baseline, raw_baseline_on, redis_version, single_thread, throughput, uuid_like,
-    with_server_cpu, Contention, Hold, Sample, CONTENTION_WORKERS, CRITICAL_SECTION,
+    contention, env_or, fmt_client_cpu, fmt_dur, fmt_server_cpu, machine_summary, median_by,
+    next_resource, ratio, raw_baseline, raw_baseline_on, redis_version, single_thread, throughput,
+    uuid_like, with_cpu, Contention, Hold, Sample, CONTENTION_WORKERS, CRITICAL_SECTION,
 };
 
 /// Threads used by the throughput scenarios.
@@ -133,13 +164,25 @@ fn p50_p99_vs(sample: &Sample, reference: &Sample, what: &str) -> String {
     )
 }
 
-/// Raise rounds run so far: the raise script is the only one that calls
-/// PEXPIRE, once on each instance a round reaches, so the busiest
-/// instance's count is the number of rounds.
+/// Raise rounds run so far, as `INFO commandstats` counts them. Only two
+/// things send EVALSHA on a lock + release of a fresh resource: the release
+/// (its compare-and-delete script, always followed by a native `PUBLISH` in
+/// the same request, on every instance the release reaches) and the raise
+/// round (its script alone). The acquire is native, and the PEXPIRE it
+/// sends can no longer tell a raise apart. So on each instance,
+/// EVALSHA − PUBLISH is the number of raise rounds that reached it, and the
+/// busiest instance's count is the number of rounds. Scenario 1b's raw
+/// requests send both too and cancel out; a failed attempt's clean-up (a
+/// release script without `PUBLISH`) would count as a round, but the runs
+/// counted here have no failed attempts (their errors column is 0).
 fn raise_rounds(cluster: &RedisCluster) -> u64 {
     cluster
         .iter()
-        .map(|s| s.commandstats().get("pexpire").copied().unwrap_or(0))
+        .map(|s| {
+            let stats = s.commandstats();
+            let count = |name: &str| stats.get(name).copied().unwrap_or(0);
+            count("evalsha").saturating_sub(count("publish"))
+        })
         .max()
         .unwrap_or(0)
 }
@@ -148,7 +191,7 @@ fn raise_rounds(cluster: &RedisCluster) -> u64 {
 /// the count of rounds before they ran.
 fn raise_share(cluster: &RedisCluster, rounds_before: u64, samples: &[Sample]) -> f64 {
     let grants: usize = samples.iter().map(|s| s.ops).sum();
-    (raise_rounds(cluster) - rounds_before) as f64 / grants.max(1) as f64
+    raise_rounds(cluster).saturating_sub(rounds_before) as f64 / grants.max(1) as f64
 }
 
 /// Scenario 7: every instance behind a proxy that holds each chunk `delay`
@@ -176,30 +219,34 @@ fn network_rows(settings: &Settings, cluster: &RedisCluster, delay: Duration) ->
     // A round trip costs a millisecond or more here: a tenth of the ops.
     let ops = (settings.ops / 10).max(1);
     let _ = raw_baseline_on(connect(), (settings.warmup / 10).max(1));
-    let raw = repeat(settings, || raw_baseline_on(connect(), ops));
+    let raw = repeat(settings, || {
+        with_cpu(cluster, || raw_baseline_on(connect(), ops))
+    });
     let locks = client(urls.clone());
     warm_up(&locks, (settings.warmup / 10).max(1));
-    let single = repeat(settings, || single_run(&locks, ops));
+    let single = repeat(settings, || with_cpu(cluster, || single_run(&locks, ops)));
     let label = format!("all 5 behind Delay({delay:?}) proxies");
     vec![
         Row {
             scenario: format!("{label}: raw SET NX PX + DEL ×5, 1 thread"),
             sample: raw,
             vs: "reference".into(),
-            note: "a slower network".into(),
+            note: "a slower network; client CPU includes the 5 proxies".into(),
         },
         Row {
             scenario: format!("{label}: redfence, 1 thread"),
             sample: single,
             vs: p50_p99_vs(&single, &raw, "raw"),
-            note: "target p50 ≤ 1.3× raw".into(),
+            note: "target p50 ≤ 1.05× raw; client CPU includes the 5 proxies".into(),
         },
     ]
 }
 
 /// Scenario 1b: what redfence sends for one lock + release (the native
-/// acquire pipeline, then the release script and its announcement), written
-/// to five plain connections from one thread, pipelined across instances.
+/// acquire pipeline `SET fence NX PX`, `SET lock NX PX GET`, `INCR`,
+/// `PEXPIRE`, then the release script by EVALSHA and its native `PUBLISH`),
+/// written to five plain connections from one thread, pipelined across
+/// instances.
 /// The gap between this and scenario 2 is the client's own cost; the gap
 /// between this and scenario 1 is what fencing and compare-and-delete cost.
 fn raw_scripts_baseline(cluster: &RedisCluster, ops: usize) -> Sample {
@@ -394,17 +441,19 @@ struct Row {
 
 fn print_rows(rows: &[Row]) {
     println!(
-        "| scenario | p50 | p99 | ops/s | servers' CPU / op | errors | p50 / p99 vs reference | note |"
+        "| scenario | p50 | p99 | ops/s | client CPU / op | servers' CPU / op | errors | \
+         p50 / p99 vs reference | note |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---|---|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---|---|");
     for r in rows {
         println!(
-            "| {} | {} | {} | {:.0} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {} |",
             r.scenario,
             fmt_dur(r.sample.p50),
             fmt_dur(r.sample.p99),
             r.sample.ops_per_sec,
-            fmt_cpu(&r.sample),
+            fmt_client_cpu(&r.sample),
+            fmt_server_cpu(&r.sample),
             r.sample.errors,
             r.vs,
             r.note
@@ -440,14 +489,19 @@ fn print_machine(settings: &Settings) {
 /// under `locks`.
 fn fault_rows(
     settings: &Settings,
+    cluster: &RedisCluster,
     label: &str,
     locks: &Redlock,
     healthy: &Sample,
     healthy_16: &Sample,
 ) -> Vec<Row> {
     let slowest = warm_up(locks, settings.warmup);
-    let one = repeat(settings, || single_run(locks, settings.ops));
-    let many = repeat(settings, || throughput_run(locks, 16, settings.secs));
+    let one = repeat(settings, || {
+        with_cpu(cluster, || single_run(locks, settings.ops))
+    });
+    let many = repeat(settings, || {
+        with_cpu(cluster, || throughput_run(locks, 16, settings.secs))
+    });
     vec![
         Row {
             scenario: format!("{label}, 1 thread"),
@@ -482,7 +536,7 @@ fn proxy_rows(
     // Connect through the proxy while it still passes traffic.
     warm_up(&locks, 50);
     proxy.set_fault(fault);
-    let rows = fault_rows(settings, label, &locks, healthy, healthy_16);
+    let rows = fault_rows(settings, cluster, label, &locks, healthy, healthy_16);
     proxy.set_fault(Fault::Pass);
     drop(locks);
     drop(proxy);
@@ -504,18 +558,14 @@ fn main() {
     let _ = raw_scripts_baseline(&cluster, settings.warmup.max(1));
     warm_up(&locks, settings.warmup);
     let (mut raws, mut scripted, mut singles) = (Vec::new(), Vec::new(), Vec::new());
-    // Only the raise script calls PEXPIRE; the raw scripts never raise.
+    // The raw requests' EVALSHA and PUBLISH cancel out in the count.
     let raises_before = raise_rounds(&cluster);
     for _ in 0..settings.repeats.max(1) {
-        raws.push(with_server_cpu(&cluster, || {
-            raw_baseline(&cluster, settings.ops)
-        }));
-        scripted.push(with_server_cpu(&cluster, || {
+        raws.push(with_cpu(&cluster, || raw_baseline(&cluster, settings.ops)));
+        scripted.push(with_cpu(&cluster, || {
             raw_scripts_baseline(&cluster, settings.ops)
         }));
-        singles.push(with_server_cpu(&cluster, || {
-            single_run(&locks, settings.ops)
-        }));
+        singles.push(with_cpu(&cluster, || single_run(&locks, settings.ops)));
     }
     let single_raises = raise_share(&cluster, raises_before, &singles);
     let (raw, raw_scripts, single) = (
@@ -531,10 +581,12 @@ fn main() {
             note: "network's limit".into(),
         },
         Row {
-            scenario: "raw EVALSHA acquire + release ×5 (redfence's scripts), 1 thread".into(),
+            scenario: "raw acquire pipeline + EVALSHA release + PUBLISH ×5 (redfence's \
+                       commands), 1 thread"
+                .into(),
             sample: raw_scripts,
             vs: p50_p99_vs(&raw_scripts, &raw, "raw"),
-            note: "the scripts' cost on the servers".into(),
+            note: "the commands' cost on the servers".into(),
         },
         Row {
             scenario: "redfence lock + release, 1 thread".into(),
@@ -553,7 +605,7 @@ fn main() {
     for threads in THREAD_COUNTS {
         let raises_before = raise_rounds(&cluster);
         let samples: Vec<Sample> = (0..settings.repeats.max(1))
-            .map(|_| with_server_cpu(&cluster, || throughput_run(&locks, threads, settings.secs)))
+            .map(|_| with_cpu(&cluster, || throughput_run(&locks, threads, settings.secs)))
             .collect();
         let raises = raise_share(&cluster, raises_before, &samples);
         let sample = Sample::median(&samples);
@@ -575,7 +627,7 @@ fn main() {
         .build()
         .expect("client without pipelining");
     let sample = repeat(&settings, || {
-        with_server_cpu(&cluster, || throughput_run(&unbatched, 16, settings.secs))
+        with_cpu(&cluster, || throughput_run(&unbatched, 16, settings.secs))
     });
     rows.push(Row {
         scenario: "redfence throughput, 16 threads, auto-pipelining off".into(),
@@ -592,6 +644,7 @@ fn main() {
     cluster.server(4).stop();
     rows.extend(fault_rows(
         &settings,
+        &cluster,
         "instance 5 SIGSTOPped",
         &locks,
         &single,

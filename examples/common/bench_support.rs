@@ -6,10 +6,12 @@
 //! Both include this file as a module,
 //! `#[path = "common/bench_support.rs"] mod bench_support;` from the first and
 //! `#[path = "../../common/bench_support.rs"] mod bench_support;` from the
-//! second, so that they measure and report the same way: latency samples and
-//! their median across repeats, the raw `SET NX PX` + `DEL` baseline, the
-//! one-thread, throughput and contention loops (over any lock client, given
-//! as a closure), duration formatting and the machine line.
+//! second, so that they measure and report the same way: latency samples
+//! (p50, p99 and the quantiles a chart draws) and their median across
+//! repeats, the CPU an op costs the client process and the servers, the raw
+//! `SET NX PX` + `DEL` baseline, the one-thread, throughput and contention
+//! loops (over any lock client, given as a closure), duration formatting and
+//! the machine line.
 //!
 //! It lives in `examples/common/`, a folder without `main.rs`, so that cargo
 //! does not take it for an example of its own. Each program prints its own
@@ -53,8 +55,18 @@ pub fn env_or<T: FromStr>(name: &str, default: T) -> T {
     }
 }
 
+/// Quantile points kept per sample, for drawing a latency distribution.
+pub const QUANTILES: usize = 41;
+
+/// The level of quantile point `k` (of [`QUANTILES`]): evenly spaced in
+/// `-log10(1 - q)`, from the minimum (`q = 0`) through 90 %, 99 % to 99.9 %,
+/// so that a chart's x-axis gives the tail as much room as the body.
+pub fn quantile_level(k: usize) -> f64 {
+    1.0 - 10f64.powf(-3.0 * k as f64 / (QUANTILES - 1) as f64)
+}
+
 /// One repeat's figures.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct Sample {
     pub p50: Duration,
     pub p99: Duration,
@@ -62,9 +74,21 @@ pub struct Sample {
     pub errors: usize,
     /// Successful ops.
     pub ops: usize,
+    /// The latency at each [`quantile_level`], for charts.
+    pub quantiles: [Duration; QUANTILES],
+    /// CPU time (user + system) this whole process spent per successful op,
+    /// when measured ([`with_cpu`]).
+    pub client_cpu: Option<Duration>,
     /// CPU time the instances' processes spent per successful op, when
-    /// measured ([`with_server_cpu`]).
+    /// measured ([`with_cpu`]).
     pub server_cpu: Option<Duration>,
+}
+
+impl Default for Sample {
+    /// No ops (the standard library has no `Default` for arrays this long).
+    fn default() -> Sample {
+        Sample::new(Vec::new(), Duration::from_secs(1), 0)
+    }
 }
 
 impl Sample {
@@ -78,27 +102,68 @@ impl Sample {
             ops_per_sec: latencies.len() as f64 / elapsed.as_secs_f64(),
             errors,
             ops: latencies.len(),
+            quantiles: std::array::from_fn(|k| percentile(&latencies, quantile_level(k))),
+            client_cpu: None,
             server_cpu: None,
         }
     }
 
-    /// The median of each figure across repeats; errors are summed.
+    /// The median of each figure (each quantile point on its own) across
+    /// repeats; errors are summed.
     pub fn median(samples: &[Sample]) -> Sample {
-        let cpu: Vec<Duration> = samples.iter().filter_map(|s| s.server_cpu).collect();
+        let median_of =
+            |values: Vec<Duration>| (!values.is_empty()).then(|| median_by(&values, |d| *d));
         Sample {
             p50: median_by(samples, |s| s.p50),
             p99: median_by(samples, |s| s.p99),
             ops_per_sec: median_by(samples, |s| s.ops_per_sec),
             errors: samples.iter().map(|s| s.errors).sum(),
             ops: median_by(samples, |s| s.ops),
-            server_cpu: (!cpu.is_empty()).then(|| median_by(&cpu, |d| *d)),
+            quantiles: std::array::from_fn(|k| median_by(samples, |s| s.quantiles[k])),
+            client_cpu: median_of(samples.iter().filter_map(|s| s.client_cpu).collect()),
+            server_cpu: median_of(samples.iter().filter_map(|s| s.server_cpu).collect()),
         }
     }
 }
 
+/// CPU time (user + system) used so far by this process: every thread,
+/// including those that have exited (a throughput run's workers are gone
+/// by the time it is read), but not child processes such as the
+/// redis-servers. From `getrusage(RUSAGE_SELF)`, which counts in
+/// microseconds where `/proc/self/stat` counts in 10 ms clock ticks (too
+/// coarse for a short one-thread run). Zero if the call fails.
+pub fn client_cpu_time() -> Duration {
+    use std::ffi::{c_int, c_long};
+    /// `struct rusage` of Linux: two `struct timeval` (`time_t` and
+    /// `suseconds_t`, both `long`) then 14 `long` counters.
+    #[repr(C)]
+    struct RUsage {
+        utime: [c_long; 2],
+        stime: [c_long; 2],
+        counters: [c_long; 14],
+    }
+    extern "C" {
+        fn getrusage(who: c_int, usage: *mut RUsage) -> c_int;
+    }
+    const RUSAGE_SELF: c_int = 0;
+    let mut usage = RUsage {
+        utime: [0; 2],
+        stime: [0; 2],
+        counters: [0; 14],
+    };
+    // SAFETY: `usage` matches the kernel's `struct rusage` layout and lives
+    // for the whole call, which only writes into it.
+    if unsafe { getrusage(RUSAGE_SELF, &mut usage) } != 0 {
+        return Duration::ZERO;
+    }
+    let micros = |tv: [c_long; 2]| tv[0].max(0) as u64 * 1_000_000 + tv[1].max(0) as u64;
+    Duration::from_micros(micros(usage.utime) + micros(usage.stime))
+}
+
 /// CPU time used so far by every thread of every instance of `cluster`
-/// (`/proc/<pid>/task/*/schedstat`, nanoseconds on the CPU). Zero where
-/// `/proc` cannot be read.
+/// (`/proc/<pid>/task/*/schedstat`, nanoseconds on the CPU; a
+/// redis-server's threads live as long as it does). Zero where `/proc`
+/// cannot be read.
 pub fn server_cpu_time(cluster: &RedisCluster) -> Duration {
     let mut nanos: u64 = 0;
     for pid in cluster.iter().filter_map(|s| s.pid()) {
@@ -117,20 +182,31 @@ pub fn server_cpu_time(cluster: &RedisCluster) -> Duration {
     Duration::from_nanos(nanos)
 }
 
-/// `run`'s sample, with the CPU time the instances spent during it divided
-/// by its successful ops: what one op costs the servers, whoever the client.
-pub fn with_server_cpu(cluster: &RedisCluster, run: impl FnOnce() -> Sample) -> Sample {
-    let before = server_cpu_time(cluster);
+/// `run`'s sample, with the CPU time this process (the client, whoever it
+/// is) and the instances spent during it, each divided by its successful
+/// ops: what one op costs the client and the servers. The client's figure
+/// counts every thread of the process, so it includes whatever else runs
+/// in it at the time (idle clients cost nothing; in-process proxies do).
+pub fn with_cpu(cluster: &RedisCluster, run: impl FnOnce() -> Sample) -> Sample {
+    let (client_before, servers_before) = (client_cpu_time(), server_cpu_time(cluster));
     let mut sample = run();
-    let spent = server_cpu_time(cluster).saturating_sub(before);
-    if sample.ops > 0 && !spent.is_zero() {
-        sample.server_cpu = Some(spent / sample.ops as u32);
+    let client = client_cpu_time().saturating_sub(client_before);
+    let servers = server_cpu_time(cluster).saturating_sub(servers_before);
+    if sample.ops > 0 {
+        let per_op = |spent: Duration| (!spent.is_zero()).then(|| spent / sample.ops as u32);
+        sample.client_cpu = per_op(client);
+        sample.server_cpu = per_op(servers);
     }
     sample
 }
 
+/// The client's CPU per op, or `-` when not measured.
+pub fn fmt_client_cpu(sample: &Sample) -> String {
+    sample.client_cpu.map_or_else(|| "-".to_string(), fmt_dur)
+}
+
 /// The servers' CPU per op, or `-` when not measured.
-pub fn fmt_cpu(sample: &Sample) -> String {
+pub fn fmt_server_cpu(sample: &Sample) -> String {
     sample.server_cpu.map_or_else(|| "-".to_string(), fmt_dur)
 }
 
@@ -156,13 +232,18 @@ pub fn repeat(times: usize, mut run: impl FnMut() -> Sample) -> Sample {
     Sample::median(&samples)
 }
 
-/// `812 µs`, or `12.3 ms` from 10 ms up.
+/// `812 µs`, `12.3 ms` from 10 ms up, `1.23 s` from 1 s up, `8.4 µs`
+/// below 100 µs (a CPU cost per op).
 pub fn fmt_dur(d: Duration) -> String {
     let us = d.as_secs_f64() * 1e6;
-    if us >= 10_000.0 {
+    if us >= 1_000_000.0 {
+        format!("{:.2} s", us / 1e6)
+    } else if us >= 10_000.0 {
         format!("{:.1} ms", us / 1000.0)
-    } else {
+    } else if us >= 100.0 {
         format!("{us:.0} µs")
+    } else {
+        format!("{us:.1} µs")
     }
 }
 

@@ -4,203 +4,152 @@
 //! cd examples/peers && cargo run --release
 //! ```
 //!
+//! takes about two minutes with the defaults and writes `latency.svg` in
+//! `examples/peers`. A smoke run (every table and the chart, figures meaningless) takes
+//! under a minute:
+//!
+//! ```text
+//! cd examples/peers && PEERS_REPEATS=1 PEERS_OPS=100 PEERS_SECS=0.5 \
+//!   PEERS_CONTENTION_SECS=0.5 PEERS_STOPPED_OPS=50 PEERS_SVG=/tmp/latency.svg \
+//!   cargo run --release
+//! ```
+//!
 //! Starts its own five `redis-server` processes (redfence's
 //! `testing::RedisCluster`) and measures, in one run so that ratios compare
 //! like with like:
 //!
 //! - **raw**: the network's limit, `SET NX PX` then `DEL` written to all five
-//!   plain connections before reading the five replies (one thread);
+//!   plain connections before reading the five replies (one thread; it
+//!   waits for all five, where a client may go on with a quorum of three);
 //! - **redfence** (this repository, sync);
-//! - **redlock** (redlock-rs 2.x, sync; opens a new connection per command);
 //! - **rslock** (0.10, async on tokio; driven with `Handle::block_on` from
-//!   plain threads, and also as 16 tokio tasks for the throughput).
+//!   plain threads, and also as 16 tokio tasks for the throughput);
+//! - **redlock-rs** (2.0, sync; opens a new connection per command, which is
+//!   its real cost and is kept).
 //!
-//! Scenarios: one-thread lock + release of distinct resources (p50/p99,
-//! median of `PEERS_REPEATS` runs), 16-thread throughput, one-thread
-//! latency with one instance of five frozen by SIGSTOP (each run happens in
-//! a thread the main thread gives up on after 5 s without progress:
-//! reported as "hangs"), and 4 workers contending for one resource with a
-//! 1 ms critical section. Every crate uses its default retry settings and a
-//! 30 s TTL.
+//! Every crate uses its default retry settings and a 30 s TTL.
 //!
-//! Knobs: `PEERS_REPEATS` (3), `PEERS_OPS` (1000), `PEERS_SECS` (2),
-//! `PEERS_CONTENTION_SECS` (3), `PEERS_STOPPED_OPS` (500, or 10 s).
+//! ## Scenarios
+//!
+//! 1. **Healthy, one thread**: lock + release of distinct resources,
+//!    `PEERS_OPS` per run, p50/p99 (median of `PEERS_REPEATS` runs).
+//! 2. **Healthy, 16 threads**: the same for `PEERS_SECS` from 16 threads
+//!    (and rslock also as 16 tokio tasks): ops/s and latency.
+//! 3. **Instance 5 of 5 frozen by SIGSTOP**: one thread, `PEERS_STOPPED_OPS`
+//!    lock + release, no warm-up. Each client runs in a thread the main
+//!    thread gives up on after 5 s without progress ("hangs"). The raw line
+//!    here writes to the four live instances only: the floor for a client
+//!    that needs no reply from the frozen one.
+//! 4. **Contention**: 4 workers contend for one resource for
+//!    `PEERS_CONTENTION_SECS`, each holding it 1 ms.
+//! 5. **A network**: all five instances behind redfence's
+//!    `testing::FaultProxy` with `Fault::Delay(250 µs)` (each chunk held
+//!    250 µs in each direction, a round trip of ≥ 0.5 ms), one thread,
+//!    a tenth of `PEERS_OPS`: p50/p99 and their ratios to raw through the
+//!    same proxies. Each client is built anew on the proxies' addresses.
+//!    The proxy polls for new connections every 5 ms, so a client that
+//!    connects per command (redlock-rs) also pays up to 5 ms per connection
+//!    that a real network would not add (a real connect costs one round
+//!    trip); a second raw row has redlock-rs's shape (a new connection per
+//!    command, instances in turn) to compare it with.
+//!
+//! Scenarios 1 and 2 give two CPU columns, each a run's CPU time divided by
+//! its successful ops: **client CPU / op**, user + system time of this
+//! whole process (`getrusage(RUSAGE_SELF)`, every thread including exited
+//! ones, so tokio's and each client's background threads count, and the
+//! other clients idle meanwhile), and **servers' CPU / op**, the time on
+//! the CPU of the five `redis-server` processes
+//! (`/proc/<pid>/task/*/schedstat`). A summary line gives redfence's
+//! figures as multiples of rslock's, the issue's targets.
+//!
+//! ## The chart
+//!
+//! After scenario 3 the run writes an SVG (to `PEERS_SVG`, default
+//! `latency.svg` in the current directory; the repository keeps one as
+//! `examples/peers/latency.svg`): the latency distribution of one-thread
+//! lock + release, latency on a log axis against percentile (labelled min,
+//! p50, p90, p99, p99.9; evenly spaced in `-log10(1 - q)`, so the tail gets
+//! as much room as the body), one line per client and one for raw, in two
+//! panels: healthy (scenario 1) and instance 5 stopped (scenario 3, raw to
+//! the four live instances; a client that hung is listed in the legend as
+//! such, with no line). Each line joins 41 quantile points; in the healthy
+//! panel each point is the median across repeats. plotters draws it with
+//! its SVG backend alone (text as SVG `<text>`, no font libraries); to look
+//! at it as an image, `rsvg-convert latency.svg -o latency.png` (Debian's
+//! `librsvg2-bin`).
+//!
+//! ## Knobs (environment variables)
+//!
+//! `PEERS_REPEATS` (3), `PEERS_OPS` (1000), `PEERS_SECS` (2),
+//! `PEERS_CONTENTION_SECS` (3), `PEERS_STOPPED_OPS` (500, or 10 s),
+//! `PEERS_SVG` (`latency.svg`).
 
+use std::path::PathBuf;
 use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redfence::testing::RedisCluster;
-use redfence::{LockOptions, Redlock};
+use plotters::style::RGBColor;
+use redfence::testing::{Fault, FaultProxy, RedisCluster};
 
 #[path = "../../common/bench_support.rs"]
 mod bench_support;
+mod chart;
+mod clients;
 
 use bench_support::{
-    contention, env_or, fmt_cpu, fmt_dur, machine_summary, median_by, next_resource, ratio,
-    ratio_f64, raw_baseline, redis_version, repeat, single_thread, throughput, with_server_cpu,
-    Contention, Hold, Sample, CONTENTION_WORKERS, CRITICAL_SECTION,
+    contention, env_or, fmt_client_cpu, fmt_dur, fmt_server_cpu, machine_summary, median_by,
+    next_resource, ratio, ratio_f64, raw_baseline, raw_baseline_on, redis_version, repeat,
+    single_thread, throughput, with_cpu, Contention, Sample, CONTENTION_WORKERS, CRITICAL_SECTION,
 };
+use chart::{Line, Panel};
+use clients::{lockers, rslock_tasks, Locker};
 
-const TTL: Duration = Duration::from_secs(30);
 /// How long a run may go without finishing an op before it counts as hung.
 const HANG_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest a one-instance-stopped run goes on (a slow peer does fewer ops).
 const STOPPED_BUDGET: Duration = Duration::from_secs(10);
+/// Per-direction delay of the simulated network (scenario 5).
+const NETWORK_DELAY: Duration = Duration::from_micros(250);
+/// Threads of the throughput scenario.
+const THREADS: usize = 16;
+/// The raw baseline's line in the chart.
+const RAW_COLOR: RGBColor = RGBColor(0, 0, 0);
 
-/// A lock client under test.
-trait Locker: Send + Sync {
-    fn name(&self) -> &'static str;
-    /// One attempt (with the crate's own retries) and a release.
-    fn lock_release(&self, resource: &str) -> Result<(), String>;
-    /// Waits for the lock the crate's usual blocking way, holds it for
-    /// `hold`, releases it; returns when each of that happened.
-    fn contend(&self, resource: &str, hold: Duration) -> Result<Hold, String>;
+/// Run settings, from the environment.
+struct Settings {
+    repeats: usize,
+    ops: usize,
+    secs: Duration,
+    contention_secs: Duration,
+    stopped_ops: usize,
+    svg: PathBuf,
 }
 
-struct Redfence(Redlock);
-
-impl Locker for Redfence {
-    fn name(&self) -> &'static str {
-        "redfence"
-    }
-
-    fn lock_release(&self, resource: &str) -> Result<(), String> {
-        let opts = LockOptions::new().auto_extend(false);
-        let guard = self
-            .0
-            .lock_with(resource, opts)
-            .map_err(|e| e.to_string())?;
-        guard.release().map_err(|e| e.to_string())
-    }
-
-    fn contend(&self, resource: &str, hold: Duration) -> Result<Hold, String> {
-        let called = Instant::now();
-        let opts = LockOptions::new().auto_extend(false);
-        let guard = self
-            .0
-            .lock_with(resource, opts)
-            .map_err(|e| e.to_string())?;
-        let acquired = Instant::now();
-        thread::sleep(hold);
-        guard.release().map_err(|e| e.to_string())?;
-        Ok(Hold::released_now(called, acquired))
-    }
-}
-
-struct RedlockRs(redlock::RedLock);
-
-impl Locker for RedlockRs {
-    fn name(&self) -> &'static str {
-        "redlock 2.0"
-    }
-
-    fn lock_release(&self, resource: &str) -> Result<(), String> {
-        match self.0.lock(resource.as_bytes(), TTL.as_millis() as usize) {
-            Ok(Some(lock)) => {
-                self.0.unlock(&lock);
-                Ok(())
-            }
-            Ok(None) => Err("not acquired".into()),
-            Err(e) => Err(e.to_string()),
+impl Settings {
+    fn from_env() -> Settings {
+        Settings {
+            repeats: env_or("PEERS_REPEATS", 3usize).max(1),
+            ops: env_or("PEERS_OPS", 1000usize).max(1),
+            secs: Duration::from_secs_f64(env_or("PEERS_SECS", 2.0f64)),
+            contention_secs: Duration::from_secs_f64(env_or("PEERS_CONTENTION_SECS", 3.0f64)),
+            stopped_ops: env_or("PEERS_STOPPED_OPS", 500usize).max(1),
+            svg: PathBuf::from(env_or("PEERS_SVG", "latency.svg".to_string())),
         }
     }
-
-    fn contend(&self, resource: &str, hold: Duration) -> Result<Hold, String> {
-        let called = Instant::now();
-        let guard = self
-            .0
-            .acquire(resource.as_bytes(), TTL.as_millis() as usize)
-            .map_err(|e| e.to_string())?;
-        let acquired = Instant::now();
-        thread::sleep(hold);
-        drop(guard); // unlocks
-        Ok(Hold::released_now(called, acquired))
-    }
 }
 
-struct Rslock {
-    manager: rslock::LockManager,
-    runtime: tokio::runtime::Handle,
-}
-
-impl Locker for Rslock {
-    fn name(&self) -> &'static str {
-        "rslock 0.10"
-    }
-
-    fn lock_release(&self, resource: &str) -> Result<(), String> {
-        self.runtime.block_on(async {
-            let lock = self
-                .manager
-                .lock(resource, TTL)
-                .await
-                .map_err(|e| e.to_string())?;
-            self.manager.unlock(&lock).await;
-            Ok(())
-        })
-    }
-
-    fn contend(&self, resource: &str, hold: Duration) -> Result<Hold, String> {
-        self.runtime.block_on(async {
-            let called = Instant::now();
-            let guard = self
-                .manager
-                .acquire(resource, TTL)
-                .await
-                .map_err(|e| e.to_string())?;
-            let acquired = Instant::now();
-            thread::sleep(hold);
-            guard.release().await;
-            Ok(Hold::released_now(called, acquired))
-        })
-    }
-}
-
-/// rslock's native shape: `tasks` tokio tasks on the runtime.
-fn rslock_tasks(
-    runtime: &tokio::runtime::Runtime,
-    manager: &rslock::LockManager,
-    tasks: usize,
-    duration: Duration,
-) -> Sample {
-    runtime.block_on(async {
-        let start = Instant::now();
-        let end = start + duration;
-        let handles: Vec<_> = (0..tasks)
-            .map(|_| {
-                let manager = manager.clone();
-                tokio::spawn(async move {
-                    let (mut latencies, mut errors) = (Vec::new(), 0usize);
-                    while Instant::now() < end {
-                        let name = next_resource("task");
-                        let t0 = Instant::now();
-                        match manager.lock(name.as_str(), TTL).await {
-                            Ok(lock) => {
-                                manager.unlock(&lock).await;
-                                latencies.push(t0.elapsed());
-                            }
-                            Err(_) => errors += 1,
-                        }
-                    }
-                    (latencies, errors)
-                })
-            })
-            .collect();
-        let mut latencies = Vec::new();
-        let mut errors = 0;
-        for h in handles {
-            let (l, e) = h.await.expect("rslock task panicked");
-            latencies.extend(l);
-            errors += e;
-        }
-        Sample::new(latencies, start.elapsed(), errors)
-    })
+/// One client's healthy figures.
+struct Healthy {
+    name: &'static str,
+    color: RGBColor,
+    single: Sample,
+    many: Sample,
 }
 
 /// Outcome of a run that may hang.
 enum Guarded {
-    Done(Sample, usize),
+    Done(Box<Sample>, usize),
     Hangs { completed: usize },
 }
 
@@ -232,152 +181,225 @@ fn single_guarded(locker: Arc<dyn Locker>, ops: usize) -> Guarded {
         }
     }
     let done = latencies.len() + errors;
-    Guarded::Done(Sample::new(latencies, start.elapsed(), errors), done)
+    Guarded::Done(
+        Box::new(Sample::new(latencies, start.elapsed(), errors)),
+        done,
+    )
 }
 
-fn main() {
-    let repeats: usize = env_or("PEERS_REPEATS", 3usize).max(1);
-    let ops: usize = env_or("PEERS_OPS", 1000usize).max(1);
-    let secs = Duration::from_secs_f64(env_or("PEERS_SECS", 2.0f64));
-    let contention_secs = Duration::from_secs_f64(env_or("PEERS_CONTENTION_SECS", 3.0f64));
-    let stopped_ops: usize = env_or("PEERS_STOPPED_OPS", 500usize).max(1);
-
-    println!("# redfence vs peers (same run)\n");
-    println!("machine: {}; {}", machine_summary(), redis_version());
-    println!(
-        "settings: {repeats} repeats (median shown), {ops} single-thread ops, {secs:?} \
-         throughput runs, {contention_secs:?} contention, {stopped_ops} ops with one instance \
-         stopped (at most {STOPPED_BUDGET:?})\n"
-    );
-
-    let cluster = RedisCluster::start(5);
-    let urls = cluster.urls();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let rslock_manager = rslock::LockManager::new(urls.clone());
-    let lockers: Vec<Arc<dyn Locker>> = vec![
-        Arc::new(Redfence(
-            Redlock::builder(urls.clone())
-                .build()
-                .expect("redfence client"),
-        )),
-        Arc::new(RedlockRs(redlock::RedLock::new(urls.clone()))),
-        Arc::new(Rslock {
-            manager: rslock_manager.clone(),
-            runtime: runtime.handle().clone(),
-        }),
-    ];
-
-    let _ = raw_baseline(&cluster, 200);
-    let raw_sample = repeat(repeats, || {
-        with_server_cpu(&cluster, || raw_baseline(&cluster, ops))
-    });
-
-    let mut singles = Vec::new();
-    let mut many = Vec::new();
-    for locker in &lockers {
-        let lock_release = |resource: &str| locker.lock_release(resource);
-        let _ = single_thread(100, lock_release); // connect, warm up
-        singles.push(repeat(repeats, || {
-            with_server_cpu(&cluster, || single_thread(ops, lock_release))
-        }));
-        many.push(repeat(repeats, || {
-            with_server_cpu(&cluster, || throughput(16, secs, lock_release))
-        }));
+/// Scenarios 1 and 2: the raw baseline and every client, healthy. The
+/// repeats of the one-thread runs are interleaved across clients (and so
+/// are the 16-thread runs), so that a disturbance on a shared machine hits
+/// them all rather than skewing their ratios.
+fn healthy_runs(
+    settings: &Settings,
+    cluster: &RedisCluster,
+    lockers: &[Arc<dyn Locker>],
+) -> (Sample, Vec<Healthy>) {
+    let _ = raw_baseline(cluster, 200);
+    for locker in lockers {
+        let _ = single_thread(100, |resource: &str| locker.lock_release(resource));
+        // connect
     }
-    let rslock_tasks_sample = repeat(repeats, || {
-        with_server_cpu(&cluster, || {
-            rslock_tasks(&runtime, &rslock_manager, 16, secs)
-        })
-    });
-
-    println!("## Healthy: lock + release of distinct resources\n");
-    println!(
-        "| client | 1-thread p50 | 1-thread p99 | p50 vs raw | servers' CPU / op, 1 thread | \
-         16-thread ops/s | 16-thread p50 | 16-thread p99 | servers' CPU / op, 16 threads | \
-         redfence ops/s vs this | errors |"
+    let mut raws = Vec::new();
+    let (mut singles, mut many) = (
+        vec![Vec::new(); lockers.len()],
+        vec![Vec::new(); lockers.len()],
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    println!(
-        "| raw SET NX PX + DEL ×5 | {} | {} | 1.00× | {} | - | - | - | - | - | {} |",
-        fmt_dur(raw_sample.p50),
-        fmt_dur(raw_sample.p99),
-        fmt_cpu(&raw_sample),
-        raw_sample.errors
-    );
-    let redfence_16 = many[0].ops_per_sec;
-    let mut rows: Vec<(String, Sample, Option<Sample>)> = lockers
+    for _ in 0..settings.repeats {
+        raws.push(with_cpu(cluster, || raw_baseline(cluster, settings.ops)));
+        for (locker, samples) in lockers.iter().zip(&mut singles) {
+            samples.push(with_cpu(cluster, || {
+                single_thread(settings.ops, |resource: &str| locker.lock_release(resource))
+            }));
+        }
+    }
+    for _ in 0..settings.repeats {
+        for (locker, samples) in lockers.iter().zip(&mut many) {
+            samples.push(with_cpu(cluster, || {
+                throughput(THREADS, settings.secs, |resource: &str| {
+                    locker.lock_release(resource)
+                })
+            }));
+        }
+    }
+    let runs = lockers
         .iter()
         .zip(singles.iter().zip(&many))
-        .map(|(l, (s, m))| (l.name().to_string(), *m, Some(*s)))
+        .map(|(locker, (single, many))| Healthy {
+            name: locker.name(),
+            color: locker.color(),
+            single: Sample::median(single),
+            many: Sample::median(many),
+        })
         .collect();
-    rows.push((
-        "rslock 0.10, 16 tokio tasks".into(),
-        rslock_tasks_sample,
-        None,
-    ));
-    for (name, m, s) in &rows {
-        let (p50, p99, vs_raw, cpu_1, errors) = match s {
-            Some(s) => (
-                fmt_dur(s.p50),
-                fmt_dur(s.p99),
-                ratio(s.p50, raw_sample.p50),
-                fmt_cpu(s),
-                s.errors + m.errors,
-            ),
-            None => ("-".into(), "-".into(), "-".into(), "-".into(), m.errors),
-        };
+    (Sample::median(&raws), runs)
+}
+
+/// `a / b` as `1.23×`, or `-` if either was not measured.
+fn cpu_ratio(a: Option<Duration>, b: Option<Duration>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) => ratio(a, b),
+        _ => "-".to_string(),
+    }
+}
+
+fn print_healthy(settings: &Settings, raw: &Sample, runs: &[Healthy], rslock_tasks: &Sample) {
+    println!(
+        "## Healthy, one thread: lock + release of distinct resources ({} ops, median of {})\n",
+        settings.ops, settings.repeats
+    );
+    println!(
+        "| client | p50 | p99 | p50 vs raw | p99 vs raw | client CPU / op | servers' CPU / op | \
+         errors |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let row = |name: &str, s: &Sample| {
         println!(
-            "| {name} | {p50} | {p99} | {vs_raw} | {cpu_1} | {:.0} | {} | {} | {} | {} | {errors} |",
-            m.ops_per_sec,
-            fmt_dur(m.p50),
-            fmt_dur(m.p99),
-            fmt_cpu(m),
-            ratio_f64(redfence_16, m.ops_per_sec)
+            "| {name} | {} | {} | {} | {} | {} | {} | {} |",
+            fmt_dur(s.p50),
+            fmt_dur(s.p99),
+            ratio(s.p50, raw.p50),
+            ratio(s.p99, raw.p99),
+            fmt_client_cpu(s),
+            fmt_server_cpu(s),
+            s.errors
+        );
+    };
+    row("raw SET NX PX + DEL ×5", raw);
+    for r in runs {
+        row(r.name, &r.single);
+    }
+
+    println!(
+        "\n## Healthy, {THREADS} threads: lock + release of distinct resources ({:?} per run, \
+         median of {})\n",
+        settings.secs, settings.repeats
+    );
+    println!(
+        "| client | ops/s | p50 | p99 | client CPU / op | servers' CPU / op | redfence ops/s vs \
+         this | errors |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let redfence = runs.iter().find(|r| r.name == "redfence");
+    let redfence_ops = redfence.map_or(0.0, |r| r.many.ops_per_sec);
+    let many_rows = runs
+        .iter()
+        .map(|r| (r.name.to_string(), &r.many))
+        .chain([(format!("rslock 0.10, {THREADS} tokio tasks"), rslock_tasks)]);
+    for (name, s) in many_rows {
+        println!(
+            "| {name} | {:.0} | {} | {} | {} | {} | {} | {} |",
+            s.ops_per_sec,
+            fmt_dur(s.p50),
+            fmt_dur(s.p99),
+            fmt_client_cpu(s),
+            fmt_server_cpu(s),
+            ratio_f64(redfence_ops, s.ops_per_sec),
+            s.errors
         );
     }
 
-    // One instance of five frozen.
+    let rslock = runs.iter().find(|r| r.name == "rslock 0.10");
+    if let (Some(f), Some(r)) = (redfence, rslock) {
+        println!(
+            "\nredfence ÷ rslock: 1-thread p50 {} (target ≤ 1); client CPU / op {} at 1 thread, \
+             {} at {THREADS} (target ≤ 1); servers' CPU / op {} at 1 thread, {} at {THREADS} \
+             (target ≤ 1.8, stretch 1.5); {THREADS}-thread ops/s {} (target ≥ 0.85)",
+            ratio(f.single.p50, r.single.p50),
+            cpu_ratio(f.single.client_cpu, r.single.client_cpu),
+            cpu_ratio(f.many.client_cpu, r.many.client_cpu),
+            cpu_ratio(f.single.server_cpu, r.single.server_cpu),
+            cpu_ratio(f.many.server_cpu, r.many.server_cpu),
+            ratio_f64(f.many.ops_per_sec, r.many.ops_per_sec)
+        );
+    }
+}
+
+/// Scenario 3: instance 5 frozen with SIGSTOP for the whole scenario; prints
+/// its table and returns the chart's lines.
+fn stopped_runs(
+    settings: &Settings,
+    cluster: &RedisCluster,
+    lockers: &[Arc<dyn Locker>],
+    healthy: &[Healthy],
+    raw_healthy: &Sample,
+) -> Vec<Line> {
+    let live: Vec<redis::Connection> = cluster.iter().take(4).map(|s| s.connection()).collect();
+    let ops = settings.stopped_ops;
     cluster.server(4).stop();
     println!(
-        "\n## Instance 5 of 5 SIGSTOPped: one thread, {stopped_ops} lock + release (no warm-up, \
-         gives up after {HANG_TIMEOUT:?} without progress)\n"
+        "\n## Instance 5 of 5 SIGSTOPped: one thread, {ops} lock + release (no warm-up, gives \
+         up after {HANG_TIMEOUT:?} without progress)\n"
     );
     println!("| client | ops done | p50 | p99 | p50 vs healthy | ops/s | errors |");
     println!("|---|---:|---:|---:|---:|---:|---:|");
-    for (locker, healthy) in lockers.iter().zip(&singles) {
-        match single_guarded(Arc::clone(locker), stopped_ops) {
-            Guarded::Done(s, done) => println!(
-                "| {} | {done} | {} | {} | {} | {:.0} | {} |",
-                locker.name(),
-                fmt_dur(s.p50),
-                fmt_dur(s.p99),
-                ratio(s.p50, healthy.p50),
-                s.ops_per_sec,
-                s.errors
-            ),
-            Guarded::Hangs { completed } => println!(
-                "| {} | {completed} | hangs | hangs | - | - | no op finished in {HANG_TIMEOUT:?} |",
-                locker.name()
-            ),
-        }
+    let raw = raw_baseline_on(live, ops);
+    println!(
+        "| raw SET NX PX + DEL to the 4 live instances | {} | {} | {} | {} | {:.0} | {} |",
+        raw.ops,
+        fmt_dur(raw.p50),
+        fmt_dur(raw.p99),
+        ratio(raw.p50, raw_healthy.p50),
+        raw.ops_per_sec,
+        raw.errors
+    );
+    let mut lines = vec![Line {
+        label: "raw, 4 live instances".into(),
+        sample: Some(raw),
+        color: RAW_COLOR,
+    }];
+    for (locker, healthy) in lockers.iter().zip(healthy) {
+        let sample = match single_guarded(Arc::clone(locker), ops) {
+            Guarded::Done(s, done) => {
+                println!(
+                    "| {} | {done} | {} | {} | {} | {:.0} | {} |",
+                    locker.name(),
+                    fmt_dur(s.p50),
+                    fmt_dur(s.p99),
+                    ratio(s.p50, healthy.single.p50),
+                    s.ops_per_sec,
+                    s.errors
+                );
+                Some(*s)
+            }
+            Guarded::Hangs { completed } => {
+                println!(
+                    "| {} | {completed} | hangs | hangs | - | - | no op finished in \
+                     {HANG_TIMEOUT:?} |",
+                    locker.name()
+                );
+                None
+            }
+        };
+        lines.push(Line {
+            label: locker.name().into(),
+            sample,
+            color: locker.color(),
+        });
     }
     cluster.server(4).cont();
+    // Let the threads given up on finish the op they were in, so that they
+    // do not compete with the next scenario's first measurements.
     thread::sleep(Duration::from_millis(500));
+    lines
+}
 
+/// Scenario 4: `CONTENTION_WORKERS` workers, one resource, per client.
+fn contention_table(settings: &Settings, lockers: &[Arc<dyn Locker>]) {
     println!(
         "\n## Contention: {CONTENTION_WORKERS} workers, one resource, {} ms critical section, \
-         {contention_secs:?} (median of {repeats})\n",
-        CRITICAL_SECTION.as_millis()
+         {:?} (median of {})\n",
+        CRITICAL_SECTION.as_millis(),
+        settings.contention_secs,
+        settings.repeats
     );
     println!("| client | acquisitions/s | lock p50 | lock p99 | min share | max share | errors |");
     println!("|---|---:|---:|---:|---:|---:|---:|");
-    for locker in &lockers {
-        let runs: Vec<Contention> = (0..repeats)
+    for locker in lockers {
+        let runs: Vec<Contention> = (0..settings.repeats)
             .map(|_| {
-                contention(contention_secs, |resource, hold| {
+                contention(settings.contention_secs, |resource, hold| {
                     locker.contend(resource, hold)
                 })
             })
@@ -394,8 +416,202 @@ fn main() {
             lock.errors
         );
     }
+}
+
+/// redlock-rs's shape with none of its work: for each instance in turn, a
+/// new connection and `SET NX PX`, then for each in turn a new connection
+/// and `DEL`; the latency is that of the pair. What connecting per command,
+/// one instance after another, costs on this network.
+fn raw_connect_per_command(urls: &[String], ops: usize) -> Sample {
+    let clients: Vec<redis::Client> = urls
+        .iter()
+        .map(|u| redis::Client::open(u.as_str()).expect("a client for the proxy"))
+        .collect();
+    let value = bench_support::uuid_like();
+    let mut latencies = Vec::with_capacity(ops);
+    let mut errors = 0;
+    let start = Instant::now();
+    for _ in 0..ops {
+        let key = next_resource("rawconn");
+        let set = redis::cmd("SET")
+            .arg(&key)
+            .arg(&value)
+            .arg("NX")
+            .arg("PX")
+            .arg(clients::TTL.as_millis() as u64)
+            .clone();
+        let del = redis::cmd("DEL").arg(&key).clone();
+        let t0 = Instant::now();
+        for cmd in [&set, &del] {
+            for client in &clients {
+                let reply: redis::RedisResult<redis::Value> =
+                    client.get_connection().and_then(|mut c| cmd.query(&mut c));
+                if reply.is_err() {
+                    errors += 1;
+                }
+            }
+        }
+        latencies.push(t0.elapsed());
+    }
+    Sample::new(latencies, start.elapsed(), errors)
+}
+
+/// Scenario 5: every instance behind a proxy holding each chunk
+/// `NETWORK_DELAY` each way; the raw baseline and each client (built anew
+/// on the proxies' addresses), one thread, repeats interleaved.
+fn network_table(settings: &Settings, cluster: &RedisCluster, runtime: &tokio::runtime::Runtime) {
+    let proxies: Vec<FaultProxy> = cluster
+        .iter()
+        .map(|s| FaultProxy::start(s.addr()).expect("starting a delay proxy"))
+        .collect();
+    for p in &proxies {
+        p.set_fault(Fault::Delay(NETWORK_DELAY));
+    }
+    let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
+    let connect = || -> Vec<redis::Connection> {
+        urls.iter()
+            .map(|u| {
+                redis::Client::open(u.as_str())
+                    .and_then(|c| c.get_connection())
+                    .expect("raw connection through the proxy")
+            })
+            .collect()
+    };
+    // A round trip costs a millisecond or more here: a tenth of the ops.
+    let ops = (settings.ops / 10).max(1);
+    let warm_up = (ops / 5).max(5);
+    let (lockers, _) = lockers(&urls, runtime);
+    let _ = raw_baseline_on(connect(), warm_up);
+    for locker in &lockers {
+        let _ = single_thread(warm_up, |resource: &str| locker.lock_release(resource));
+    }
+    let _ = raw_connect_per_command(&urls, warm_up);
+    let (mut raws, mut raws_connecting) = (Vec::new(), Vec::new());
+    let mut samples = vec![Vec::new(); lockers.len()];
+    for _ in 0..settings.repeats {
+        raws.push(raw_baseline_on(connect(), ops));
+        raws_connecting.push(raw_connect_per_command(&urls, ops));
+        for (locker, samples) in lockers.iter().zip(&mut samples) {
+            samples.push(single_thread(ops, |resource: &str| {
+                locker.lock_release(resource)
+            }));
+        }
+    }
+    let raw = Sample::median(&raws);
+    println!(
+        "\n## A network: all 5 instances behind Delay({NETWORK_DELAY:?}) proxies, one thread, \
+         {ops} lock + release (median of {})\n",
+        settings.repeats
+    );
+    println!("| client | p50 | p99 | p50 vs raw | p99 vs raw | errors |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    println!(
+        "| raw SET NX PX + DEL ×5 | {} | {} | 1.00× | 1.00× | {} |",
+        fmt_dur(raw.p50),
+        fmt_dur(raw.p99),
+        raw.errors
+    );
+    let rows = [(
+        "raw, a new connection per command, instances in turn (redlock-rs's shape)",
+        Sample::median(&raws_connecting),
+    )]
+    .into_iter()
+    .chain(
+        lockers
+            .iter()
+            .zip(&samples)
+            .map(|(locker, samples)| (locker.name(), Sample::median(samples))),
+    );
+    for (name, s) in rows {
+        println!(
+            "| {name} | {} | {} | {} | {} | {} |",
+            fmt_dur(s.p50),
+            fmt_dur(s.p99),
+            ratio(s.p50, raw.p50),
+            ratio(s.p99, raw.p99),
+            s.errors
+        );
+    }
+    println!(
+        "\n(targets: redfence p50 ≤ 1.05× raw and below rslock's. The proxies look for new \
+         connections every 5 ms, so a new connection costs up to 5 ms more here than a real \
+         network's one round trip: compare redlock-rs with the raw row of its shape)"
+    );
+    drop(lockers); // before the proxies they connect through
+}
+
+fn main() {
+    let settings = Settings::from_env();
+    println!("# redfence vs peers (same run)\n");
+    println!("machine: {}; {}", machine_summary(), redis_version());
+    println!(
+        "settings: {} repeats (median shown), {} single-thread ops, {:?} throughput runs, {:?} \
+         contention, {} ops with one instance stopped (at most {STOPPED_BUDGET:?})\n",
+        settings.repeats,
+        settings.ops,
+        settings.secs,
+        settings.contention_secs,
+        settings.stopped_ops
+    );
+
+    let cluster = RedisCluster::start(5);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let (lockers, rslock_manager) = lockers(&cluster.urls(), &runtime);
+
+    let (raw, healthy) = healthy_runs(&settings, &cluster, &lockers);
+    let tasks = repeat(settings.repeats, || {
+        with_cpu(&cluster, || {
+            rslock_tasks(&runtime, &rslock_manager, THREADS, settings.secs)
+        })
+    });
+    print_healthy(&settings, &raw, &healthy, &tasks);
+
+    let stopped = stopped_runs(&settings, &cluster, &lockers, &healthy, &raw);
+    let healthy_lines = std::iter::once(Line {
+        label: "raw SET NX PX + DEL ×5".into(),
+        sample: Some(raw),
+        color: RAW_COLOR,
+    })
+    .chain(healthy.iter().map(|h| Line {
+        label: h.name.into(),
+        sample: Some(h.single),
+        color: h.color,
+    }))
+    .collect();
+    let panels = [
+        Panel {
+            title: "healthy".into(),
+            lines: healthy_lines,
+        },
+        Panel {
+            title: "instance 5 of 5 stopped (SIGSTOP)".into(),
+            lines: stopped,
+        },
+    ];
+    let caption = format!(
+        "lock + release latency, one thread, 5 local redis-servers (healthy: {} ops × {} \
+         repeats, median per point; stopped: up to {} ops)",
+        settings.ops, settings.repeats, settings.stopped_ops
+    );
+    let chart_written = match chart::write_svg(&settings.svg, &caption, &panels) {
+        Ok(()) => {
+            println!("\nchart written to {}", settings.svg.display());
+            true
+        }
+        Err(e) => {
+            eprintln!("cannot write the chart to {}: {e}", settings.svg.display());
+            false
+        }
+    };
+
+    contention_table(&settings, &lockers);
+    network_table(&settings, &cluster, &runtime);
+
     // Kill the servers (exit runs no destructors), then abandon any thread
     // still blocked by a hung peer.
     drop(cluster);
-    std::process::exit(0);
+    std::process::exit(if chart_written { 0 } else { 1 });
 }
