@@ -47,14 +47,26 @@ m drift-ignored src/acquire.rs "safety" \
   '.checked_sub(Duration::ZERO)'
 
 m extend-recreates-key lua/extend.lua "safety" \
-  "if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])" \
-  "if redis.call('GET', KEYS[1]) == ARGV[1] or redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])"
+  "for _, key in ipairs(KEYS) do
+  if redis.call('GET', key) ~= ARGV[1] then
+    return 0
+  end
+end
+for _, key in ipairs(KEYS) do
+  redis.call('PEXPIRE', key, ARGV[2])
+end" \
+  "for _, key in ipairs(KEYS) do
+  if redis.call('GET', key) ~= ARGV[1] and redis.call('EXISTS', key) == 1 then
+    return 0
+  end
+end
+for _, key in ipairs(KEYS) do
+  redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
+end"
 
 m extend-ignores-owner lua/extend.lua "safety" \
-  "if redis.call('GET', KEYS[1]) == ARGV[1] then" \
-  "if redis.call('EXISTS', KEYS[1]) == 1 then"
+  "if redis.call('GET', key) ~= ARGV[1] then" \
+  "if redis.call('EXISTS', key) == 0 then"
 
 m watchdog-never-marks-lost src/watchdog.rs "safety watchdog" \
   'lease.mark_lost(LossReason::ExtensionFailed);' \
@@ -77,38 +89,59 @@ m quorum-minus-one src/quorum.rs "lock" \
   'self.list.len() / 2 + 1' \
   'self.list.len() / 2'
 
-m acquire-without-nx lua/acquire.lua "lock" \
-  "redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])" \
-  "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])"
+m acquire-without-nx src/acquire.rs "lock" \
+  '.arg(value)
+        .arg("NX")' \
+  '.arg(value)'
+
+m set-acquired-though-held lua/acquire_all.lua "multi" \
+  "if held then
+  return {0}
+end" \
+  "if held and false then
+  return {0}
+end"
 
 m release-without-compare lua/release.lua "lock" \
-  "if redis.call('GET', KEYS[1]) == ARGV[1] then" \
-  "if redis.call('EXISTS', KEYS[1]) == 1 then"
+  "if redis.call('GET', key) == ARGV[1] then" \
+  "if redis.call('EXISTS', key) == 1 then"
 
-m release-not-announced lua/release.lua "lock" \
-  "redis.call('PUBLISH', ARGV[2], '1')" \
-  "-- no announcement"
+m release-not-announced src/scripts.rs "lock" \
+  'pipe.cmd("PUBLISH").arg(&member.keys.channel).arg("1");' \
+  'pipe.cmd("ECHO").arg(&member.keys.channel);'
 
 m failed-attempt-not-released src/acquire.rs "lock" \
   'if tally.yes.len() < quorum {
-        release_all();' \
+        release_all(&|i| tally.refused(i));' \
   'if tally.yes.len() < quorum {'
 
+m decided-on-one-yes src/quorum.rs "lock" \
+  'tally.yes.len() >= self.quorum ||' \
+  'tally.yes.len() >= 1 ||'
+
 m token-is-min src/acquire.rs "fencing" \
-  'tally.yes.iter().copied().max()' \
-  'tally.yes.iter().copied().min()'
+  'let token = counters.clone().map(effective).max().unwrap_or(0);' \
+  'let token = counters.clone().map(effective).min().unwrap_or(0);'
 
 m raise-round-skipped src/acquire.rs "fencing" \
-  'if tally.yes.iter().any(|t| *t != token) {' \
-  'if tally.yes.iter().any(|t| *t != token) && token == 0 {'
+  'if !lagging.is_empty() {' \
+  'if !lagging.is_empty() && lagging.is_empty() {'
 
 m raise-does-not-raise lua/fence_raise.lua "fencing" \
   "if tonumber(current) < tonumber(ARGV[2]) then" \
   "if tonumber(current) < 0 then"
 
-m counter-seeded-from-zero lua/counter.lua "fencing" \
-  "return now[1] .. string.format('%06d', micros - micros % 1000)" \
-  "return '0'"
+m counter-seeded-from-zero src/acquire.rs "fencing" \
+  'let seed = instances.clock_seed();' \
+  'let seed = 0u64;'
+
+m floor-rule-removed src/acquire.rs "fencing" \
+  'let effective = |c: u64| if c < SEED_FLOOR { now + c } else { c };' \
+  'let effective = |c: u64| c;'
+
+m raise-seeds-lost-counter-at-token lua/fence_raise.lua "fencing safety" \
+  "current = now[1] .. string.format('%06d', tonumber(now[2]))" \
+  "current = '0'"
 
 m fenced-write-accepts-stale lua/fenced_write.lua "fencing" \
   "if highest and tonumber(highest) > tonumber(ARGV[1]) then" \
