@@ -165,7 +165,7 @@ impl Redlock {
         let mut attempts = 0;
         let result =
             call.in_scope(|| target.and_then(|t| self.attempts(t, options, &mut attempts)));
-        call.finish(&result, attempts);
+        call.finish(result.as_ref().map(|lease| lease.tokens[0]), attempts);
         result
     }
 
@@ -206,7 +206,14 @@ impl Redlock {
             }
             let attempt_start = Instant::now();
             let result = acquire::attempt(shared, &target, options.get_ttl());
-            telemetry::attempt_finished(*attempts, attempt_start.elapsed(), &result);
+            telemetry::attempt_finished(
+                *attempts,
+                attempt_start.elapsed(),
+                result
+                    .as_ref()
+                    .map(|grant| grant.tokens.as_slice())
+                    .map_err(|failure| (&failure.error, failure.granted)),
+            );
             let failure = match result {
                 Ok(grant) => {
                     if let Some(watch) = &watch {

@@ -107,7 +107,12 @@ impl Lease {
             return;
         }
         st.lost = Some(reason);
-        telemetry::lease_lost(self, reason);
+        telemetry::lease_lost(
+            &self.target.name,
+            self.tokens[0],
+            self.acquired_at.elapsed(),
+            reason,
+        );
         for tx in st.listeners.drain(..) {
             // Each listener has room for its one message.
             let _ = tx.try_send(reason);
@@ -174,7 +179,7 @@ pub(crate) fn send_release(
     // A lease past its validity that nobody observed yet is lost, exactly
     // as if the watchdog had got there first.
     let was_lost = lease.loss_locked(&mut st, Instant::now()).is_some();
-    telemetry::lease_released(lease, was_lost);
+    telemetry::lease_released(lease.acquired_at.elapsed(), was_lost);
     st.released = true;
     st.listeners.clear();
     lease.changed.notify_all();

@@ -13,16 +13,12 @@
     allow(unused_variables, unused_imports)
 )]
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::acquire::{Failure, Grant};
-use crate::error::InstanceErrorKind;
-use crate::instance::Replies;
-use crate::lease::Lease;
-use crate::{Error, LossReason};
+use crate::error::{InstanceError, InstanceErrorKind};
+use crate::{Error, FencingToken, LossReason};
 
 /// Metric names: the contract dashboards rely on.
 #[cfg(feature = "metrics")]
@@ -221,7 +217,8 @@ impl LockCall {
     /// Records the call's outcome: one count per call, whatever the number
     /// of attempts.
     #[inline]
-    pub fn finish(self, result: &Result<Arc<Lease>, Error>, attempts: u32) {
+    /// `result` is the grant's (first member's) token, or the error.
+    pub fn finish(self, result: Result<FencingToken, &Error>, attempts: u32) {
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         {
             let outcome = match result {
@@ -241,10 +238,10 @@ impl LockCall {
                 let span = &self.span;
                 span.record("outcome", outcome);
                 span.record("attempts", attempts);
-                if let Ok(lease) = result {
-                    // A set's first member's token; the others follow it in
-                    // the "attempt granted" event.
-                    span.record("token", lease.tokens[0].get());
+                if let Ok(token) = result {
+                    // A set's first member's token; the others are in the
+                    // "attempt granted" event.
+                    span.record("token", token.get());
                 }
                 span.in_scope(|| {
                     tracing::debug!(
@@ -262,26 +259,34 @@ impl LockCall {
 
 /// One acquisition attempt ended (granted or not).
 #[inline]
-pub(crate) fn attempt_finished(attempt: u32, elapsed: Duration, result: &Result<Grant, Failure>) {
+/// `result` is the grant's tokens, or the error and how many instances
+/// granted before the attempt failed.
+pub(crate) fn attempt_finished(
+    attempt: u32,
+    elapsed: Duration,
+    result: Result<&[FencingToken], (&Error, usize)>,
+) {
     #[cfg(feature = "tracing")]
     match result {
-        Ok(grant) => tracing::debug!(
+        Ok(tokens) => tracing::debug!(
             target: targets::LOCK,
             attempt,
             elapsed = ?elapsed,
-            tokens = ?grant.tokens,
+            tokens = ?tokens,
             "attempt granted"
         ),
-        Err(failure) => tracing::debug!(
+        Err((error, granted)) => tracing::debug!(
             target: targets::LOCK,
             attempt,
             elapsed = ?elapsed,
-            outcome = error_outcome(&failure.error),
-            granted = failure.granted,
-            error = %failure.error,
+            outcome = error_outcome(error),
+            granted,
+            error = %error,
             "attempt failed"
         ),
     }
+    #[cfg(not(feature = "tracing"))]
+    let _ = (attempt, elapsed, result);
 }
 
 /// A fence raise round (for `members` resources of the grant) ended;
@@ -318,9 +323,9 @@ pub(crate) fn guard_dropped() {
 
 /// A held lease was lost. Called once per lease, when it is marked lost.
 #[inline]
-pub(crate) fn lease_lost(lease: &Lease, reason: LossReason) {
-    #[cfg(any(feature = "metrics", feature = "tracing"))]
-    let held = lease.acquired_at.elapsed();
+/// `name` is the resource (or set), `token` its (first member's) token,
+/// `held` the time since the grant.
+pub(crate) fn lease_lost(name: &str, token: FencingToken, held: Duration, reason: LossReason) {
     #[cfg(feature = "metrics")]
     {
         metrics::counter!(LEASE_LOST_TOTAL, "reason" => loss_label(reason)).increment(1);
@@ -329,8 +334,8 @@ pub(crate) fn lease_lost(lease: &Lease, reason: LossReason) {
     #[cfg(feature = "tracing")]
     tracing::warn!(
         target: targets::LEASE,
-        resource = %lease.target.name,
-        token = lease.tokens[0].get(),
+        resource = %name,
+        token = token.get(),
         reason = loss_label(reason),
         held = ?held,
         "lease lost"
@@ -340,11 +345,13 @@ pub(crate) fn lease_lost(lease: &Lease, reason: LossReason) {
 /// A lease was released (once per lease). `was_lost`: its loss was
 /// recorded already, with the hold time up to the loss.
 #[inline]
-pub(crate) fn lease_released(lease: &Lease, was_lost: bool) {
+pub(crate) fn lease_released(held: Duration, was_lost: bool) {
     #[cfg(feature = "metrics")]
     if !was_lost {
-        metrics::histogram!(HOLD_DURATION).record(lease.acquired_at.elapsed().as_secs_f64());
+        metrics::histogram!(HOLD_DURATION).record(held.as_secs_f64());
     }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (held, was_lost);
 }
 
 /// An extension round ended (the watchdog's or an explicit `extend`).
@@ -428,7 +435,7 @@ impl InstanceHealth {
     /// failure, I/O error or timeout fails the whole rest of a pipeline at
     /// once and counts once; each error reply counts once.
     #[inline]
-    pub fn observe(&self, results: &[Replies]) {
+    pub fn observe(&self, results: &[Result<Vec<Value>, InstanceError>]) {
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         {
             let failure = results.iter().find_map(|r| r.as_ref().err());
