@@ -70,7 +70,7 @@ impl Redlock {
     }
 
     /// Locks `resource`, retrying until the default wait budget (10 s unless
-    /// set with [`RedlockBuilder::default_options`]) is spent.
+    /// set with [`RedlockBuilder::default_options`](crate::RedlockBuilder::default_options)) is spent.
     pub fn lock(&self, resource: &str) -> Result<LockGuard, Error> {
         self.lock_with(resource, self.shared().cfg.defaults)
     }

@@ -35,10 +35,11 @@
 //!
 //! ## How it works
 //!
-//! Each lock call sends `SET NX PX` (in a Lua script that also bumps the
-//! resource's fencing counter) to every instance at once, through one
-//! long-lived worker thread per instance, and returns as soon as the outcome
-//! is decided: a quorum of N/2 + 1 granted, or too many refused or failed.
+//! Each lock call sends `SET NX PX` and the bump of the resource's fencing
+//! counter (a pipeline of native commands) to every instance at once,
+//! through one long-lived worker thread per instance, and returns as soon as
+//! the outcome is decided: a quorum of N/2 + 1 granted, or too many refused
+//! or failed.
 //! The lock is valid for `ttl − elapsed − drift`, drift being
 //! `ttl × 0.01 + 2 ms`. A failed attempt releases on every instance and
 //! retries after a random pause until the wait budget ends.
@@ -48,8 +49,13 @@
 //! the token on a quorum before the grant stands, so the next grant, whose
 //! quorum overlaps this one, counts above it. A counter that is missing
 //! (new resource, instance restarted without its data, idle expiry) starts
-//! from the instance clock in microseconds, rounded down to the millisecond
-//! so that instances creating it together agree and skip the raise round.
+//! from the instances' clock in microseconds, as the client read it (the
+//! same seed for every instance, so a new resource's counters agree and
+//! skip the raise round).
+//!
+//! [`Redlock::lock_all`] holds several resources together, all or nothing,
+//! with a token per resource; no call ever holds part of a set, so
+//! overlapping sets cannot deadlock.
 //!
 //! While a guard lives, the client's watchdog thread extends its lease once
 //! a third of the TTL has passed. If extensions fail a few times in a row, or

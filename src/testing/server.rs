@@ -48,7 +48,7 @@ pub struct ServerOptions {
     /// Serve TLS only (`--tls-port`, `--port 0`), with certificates made at
     /// start-up (see [`TestPki`]; a [`RedisCluster`](super::RedisCluster)
     /// shares one CA among its servers). [`RedisServer::url`] is then a
-    /// `rediss://` URL and [`RedisServer::tls_certificates`] what a client
+    /// `rediss://` URL and `RedisServer::tls_certificates` (with `tls-rustls`) what a client
     /// needs. The server also listens on `[::1]`, which its certificate
     /// does not name, to test host name checks. Needs the `tls-rustls`
     /// feature and the `openssl` command. Defaults to `false`.
