@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{builder, client, eventually, fence_key};
+use common::{builder, client, eventually, fence_key, lock_key};
 use redfence::testing::RedisCluster;
 use redfence::LockOptions;
 
@@ -150,6 +150,44 @@ fn a_counter_no_seed_reached_counts_from_the_clock() {
     assert!(
         lifted >= 2,
         "the raise round did not lift a quorum of counters"
+    );
+}
+
+/// A raise round's request can land late, after its instance lost its data
+/// (the client decided without waiting for that instance). The raise script
+/// then seeds the counter from the instance clock before raising it, never
+/// sets it to the token alone: `tests/model_fencing.rs` shows that a raise
+/// recreating a lost counter at an old token lets tokens go backwards.
+/// Driven here on the script itself, since no fault timing opens that window
+/// reliably.
+#[test]
+fn a_raise_landing_on_a_lost_counter_seeds_it_from_the_clock() {
+    use redfence::testing::RedisServer;
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let raise = redis::Script::new(include_str!("../lua/fence_raise.lua"));
+    let old_token: u64 = 10_000_000_000_000;
+    let ours: i64 = raise
+        .key(lock_key("late"))
+        .key(fence_key("late"))
+        .arg("not-the-holder")
+        .arg(old_token)
+        .arg(60_000)
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(ours, 0, "the lock is not ours there");
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    let counter: u64 = server.get(&fence_key("late")).unwrap().parse().unwrap();
+    assert!(
+        counter > now_us - 60_000_000,
+        "a lost counter was recreated at {counter}, not from the clock ({now_us})"
+    );
+    assert!(
+        server.pttl(&fence_key("late")) > 0,
+        "the counter keeps its idle expiry"
     );
 }
 

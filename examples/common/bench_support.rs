@@ -133,31 +133,14 @@ impl Sample {
 /// microseconds where `/proc/self/stat` counts in 10 ms clock ticks (too
 /// coarse for a short one-thread run). Zero if the call fails.
 pub fn client_cpu_time() -> Duration {
-    use std::ffi::{c_int, c_long};
-    /// `struct rusage` of Linux: two `struct timeval` (`time_t` and
-    /// `suseconds_t`, both `long`) then 14 `long` counters.
-    #[repr(C)]
-    struct RUsage {
-        utime: [c_long; 2],
-        stime: [c_long; 2],
-        counters: [c_long; 14],
-    }
-    extern "C" {
-        fn getrusage(who: c_int, usage: *mut RUsage) -> c_int;
-    }
-    const RUSAGE_SELF: c_int = 0;
-    let mut usage = RUsage {
-        utime: [0; 2],
-        stime: [0; 2],
-        counters: [0; 14],
-    };
-    // SAFETY: `usage` matches the kernel's `struct rusage` layout and lives
-    // for the whole call, which only writes into it.
-    if unsafe { getrusage(RUSAGE_SELF, &mut usage) } != 0 {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let Ok(usage) = getrusage(UsageWho::RUSAGE_SELF) else {
         return Duration::ZERO;
-    }
-    let micros = |tv: [c_long; 2]| tv[0].max(0) as u64 * 1_000_000 + tv[1].max(0) as u64;
-    Duration::from_micros(micros(usage.utime) + micros(usage.stime))
+    };
+    let micros = |tv: nix::sys::time::TimeVal| {
+        tv.tv_sec().max(0) as u64 * 1_000_000 + tv.tv_usec().max(0) as u64
+    };
+    Duration::from_micros(micros(usage.user_time()) + micros(usage.system_time()))
 }
 
 /// CPU time used so far by every thread of every instance of `cluster`

@@ -8,77 +8,39 @@
 //! (also under Yama's default `ptrace_scope` 1), so the paused thread must
 //! live in a child process of the test.
 //!
-//! Linux only. std links the C library, so `ptrace` and `waitpid` are
-//! declared here rather than pulling in a crate for two calls.
+//! Linux only; through `nix`'s safe wrappers (a dev-dependency).
 #![allow(dead_code)]
 
-use std::ffi::{c_int, c_long, c_void};
 use std::io;
-use std::ptr::null_mut;
 
-extern "C" {
-    fn ptrace(request: c_int, ...) -> c_long;
-    fn waitpid(pid: c_int, status: *mut c_int, options: c_int) -> c_int;
-}
-
-const PTRACE_DETACH: c_int = 17;
-const PTRACE_SEIZE: c_int = 0x4206;
-const PTRACE_INTERRUPT: c_int = 0x4207;
-/// Wait for any child, clone or traced thread alike.
-const WALL: c_int = 0x4000_0000;
+use nix::sys::ptrace;
+use nix::sys::wait::{waitpid, WaitPidFlag};
+use nix::unistd::Pid;
 
 /// One thread of another process, stopped until this is dropped. Must be
 /// dropped on the thread that created it (ptrace ties a tracee to the
 /// tracing thread).
 pub struct ThreadPause {
-    tid: c_int,
+    tid: Pid,
 }
 
 impl ThreadPause {
     /// Stops thread `tid` and waits until it is stopped.
     pub fn start(tid: i32) -> io::Result<ThreadPause> {
-        // SAFETY: plain system calls with null pointers or a pointer to a
-        // live local; no memory of this process is handed over.
-        unsafe {
-            if ptrace(
-                PTRACE_SEIZE,
-                tid,
-                null_mut::<c_void>(),
-                null_mut::<c_void>(),
-            ) == -1
-            {
-                return Err(io::Error::last_os_error());
-            }
-            let pause = ThreadPause { tid };
-            if ptrace(
-                PTRACE_INTERRUPT,
-                tid,
-                null_mut::<c_void>(),
-                null_mut::<c_void>(),
-            ) == -1
-            {
-                return Err(io::Error::last_os_error());
-            }
-            let mut status: c_int = 0;
-            if waitpid(tid, &mut status, WALL) == -1 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(pause)
-        }
+        let tid = Pid::from_raw(tid);
+        ptrace::seize(tid, ptrace::Options::empty())?;
+        let pause = ThreadPause { tid };
+        ptrace::interrupt(tid)?;
+        // __WALL: wait for a traced thread as for any child.
+        waitpid(tid, Some(WaitPidFlag::__WALL))?;
+        Ok(pause)
     }
 }
 
 impl Drop for ThreadPause {
     fn drop(&mut self) {
-        // SAFETY: as above. Detaching resumes the thread.
-        unsafe {
-            ptrace(
-                PTRACE_DETACH,
-                self.tid,
-                null_mut::<c_void>(),
-                null_mut::<c_void>(),
-            );
-        }
+        // Detaching resumes the thread.
+        let _ = ptrace::detach(self.tid, None);
     }
 }
 
