@@ -236,7 +236,9 @@ fn pack_acquire(keys: &Keys, value: &str, ttl: Duration, idle: Duration, seed: u
 
 /// Granted with the instance's counter, or refused (held elsewhere).
 fn classify_acquire(values: &[Value]) -> Vote<Vec<u64>, ()> {
-    let [seeded, lock, counter, expiry] = values else {
+    // The seed's and the expiry's replies matter only as errors (an ACL
+    // refusal, say), which `error_reply` below finds among all four.
+    let [_, lock, counter, _] = values else {
         return unexpected("acquire", values);
     };
     match lock {
@@ -259,7 +261,6 @@ fn classify_acquire(values: &[Value]) -> Vote<Vec<u64>, ()> {
     if let Some(vote) = error_reply(values) {
         return vote;
     }
-    let _ = (seeded, expiry);
     match counter {
         Value::Int(c) if *c > 0 => Vote::Yes(vec![*c as u64]),
         _ => unexpected("acquire", values),
