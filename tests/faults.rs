@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use common::eventually;
 use faults_common::{
     all_lock_keys, fence_key, lock_key, lock_values, read_stdin_line, report, report_field,
-    ChildTest, Proxied, SharedCounter,
+    store_connection, urls_from_env, ChildTest, Proxied, SharedCounter,
 };
 use redfence::testing::{Fault, FencedStore, RedisCluster, RedisServer, ServerOptions};
 use redfence::{Error, InstanceErrorKind, LockOptions, Redlock};
@@ -54,20 +54,7 @@ fn child_env(role: &str, urls: &[String], store: &RedisServer) -> Vec<(&'static 
 }
 
 fn child_urls() -> Vec<String> {
-    std::env::var(CHILD_URLS)
-        .expect("child needs the instance URLs")
-        .split(',')
-        .map(str::to_string)
-        .collect()
-}
-
-fn store_connection(url: &str) -> redis::Connection {
-    let con = redis::Client::open(url)
-        .unwrap()
-        .get_connection_with_timeout(Duration::from_secs(2))
-        .unwrap();
-    con.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    con
+    urls_from_env(CHILD_URLS)
 }
 
 /// Whether every server holds the resource's lock key, all with one value

@@ -16,7 +16,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::{builder, client, eventually, lock_key};
-use faults_common::{read_stdin_line, report, report_field, ChildTest};
+use faults_common::{
+    read_stdin_line, report, report_field, store_connection, urls_from_env, ChildTest,
+};
 use redfence::testing::{RedisCluster, RedisServer};
 use redfence::{Error, LockOptions, LossReason, MultiGuard, Redlock, MAX_RESOURCES};
 
@@ -71,15 +73,6 @@ fn eat(store: &mut redis::Connection, guard: &MultiGuard) -> usize {
     accepted
 }
 
-fn store_connection(url: &str) -> redis::Connection {
-    let conn = redis::Client::open(url)
-        .unwrap()
-        .get_connection_with_timeout(Duration::from_secs(2))
-        .unwrap();
-    conn.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    conn
-}
-
 /// Child half of [`dining_philosophers_share_forks_without_deadlock`]: two
 /// more philosophers (at seats 0 and 2) in another process.
 #[test]
@@ -88,11 +81,7 @@ fn child_philosophers() {
     if std::env::var(CHILD_ROLE).as_deref() != Ok("philosophers") {
         return;
     }
-    let urls: Vec<String> = std::env::var(CHILD_URLS)
-        .unwrap()
-        .split(',')
-        .map(str::to_string)
-        .collect();
+    let urls = urls_from_env(CHILD_URLS);
     let store_url = std::env::var(CHILD_STORE).unwrap();
     let locks = philosopher_client(urls);
     let accepted = AtomicUsize::new(0);

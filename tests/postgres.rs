@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::eventually;
-use faults_common::{report, ChildTest};
+use faults_common::{report, urls_from_env, ChildTest};
 use postgres::{Client, NoTls, Transaction};
 use redfence::testing::{PostgresServer, RedisCluster};
 use redfence::{sql, LockGuard, LockOptions, Redlock};
@@ -433,11 +433,7 @@ fn child_incrementer() {
     if std::env::var(CHILD_ROLE).as_deref() != Ok("incrementer") {
         return;
     }
-    let urls: Vec<String> = std::env::var(CHILD_URLS)
-        .unwrap()
-        .split(',')
-        .map(str::to_string)
-        .collect();
+    let urls = urls_from_env(CHILD_URLS);
     let db_url = std::env::var(CHILD_DB).unwrap();
     let seed: u64 = std::env::var(CHILD_SEED).unwrap().parse().unwrap();
     for a in run_workers(&urls, &db_url, THREADS_PER_CHILD, seed) {

@@ -310,6 +310,27 @@ pub fn read_stdin_line() -> String {
     line.trim().to_string()
 }
 
+/// The instance URLs a parent passed to its child in the environment
+/// variable `var`, comma-separated.
+pub fn urls_from_env(var: &str) -> Vec<String> {
+    std::env::var(var)
+        .unwrap_or_else(|_| panic!("child needs the instance URLs in {var}"))
+        .split(',')
+        .map(str::to_string)
+        .collect()
+}
+
+/// A connection to a store at `url` (a redis-server of the test's), with
+/// 2 s timeouts.
+pub fn store_connection(url: &str) -> redis::Connection {
+    let con = redis::Client::open(url)
+        .unwrap()
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .unwrap();
+    con.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    con
+}
+
 /// Prints a report line for the parent and flushes it at once.
 pub fn report(line: &str) {
     let mut out = std::io::stdout().lock();
