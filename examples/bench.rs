@@ -108,7 +108,8 @@ mod bench_support;
 use bench_support::{
     contention, env_or, fmt_client_cpu, fmt_dur, fmt_server_cpu, machine_summary, median_by,
     next_resource, ratio, raw_baseline, raw_baseline_on, redis_version, single_thread, throughput,
-    uuid_like, with_cpu, Contention, Hold, Sample, CONTENTION_WORKERS, CRITICAL_SECTION,
+    uuid_like, with_cpu, Contention, DelayedNetwork, Hold, Sample, CONTENTION_WORKERS,
+    CRITICAL_SECTION,
 };
 
 /// Threads used by the throughput scenarios.
@@ -199,23 +200,9 @@ fn raise_share(cluster: &RedisCluster, rounds_before: u64, samples: &[Sample]) -
 /// twice that: the raw baseline and redfence, one thread, through the same
 /// five proxies.
 fn network_rows(settings: &Settings, cluster: &RedisCluster, delay: Duration) -> Vec<Row> {
-    let proxies: Vec<FaultProxy> = cluster
-        .iter()
-        .map(|s| FaultProxy::start(s.addr()).expect("starting a delay proxy"))
-        .collect();
-    for p in &proxies {
-        p.set_fault(Fault::Delay(delay));
-    }
-    let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
-    let connect = || -> Vec<redis::Connection> {
-        urls.iter()
-            .map(|u| {
-                redis::Client::open(u.as_str())
-                    .and_then(|c| c.get_connection())
-                    .expect("raw connection through the proxy")
-            })
-            .collect()
-    };
+    let network = DelayedNetwork::start(cluster, delay);
+    let urls = network.urls.clone();
+    let connect = || network.connect();
     // A round trip costs a millisecond or more here: a tenth of the ops.
     let ops = (settings.ops / 10).max(1);
     let _ = raw_baseline_on(connect(), (settings.warmup / 10).max(1));

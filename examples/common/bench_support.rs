@@ -24,7 +24,7 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redfence::testing::RedisCluster;
+use redfence::testing::{Fault, FaultProxy, RedisCluster};
 
 /// Threads of the contention scenario.
 pub const CONTENTION_WORKERS: usize = 4;
@@ -488,4 +488,42 @@ pub fn machine_summary() -> String {
 /// What `redis-server --version` says.
 pub fn redis_version() -> String {
     command_output("redis-server", &["--version"])
+}
+
+/// Every instance of a cluster behind a proxy that holds each chunk a fixed
+/// delay in each direction: a network round trip of at least twice that.
+/// The proxies run in this process and stop when this is dropped.
+pub struct DelayedNetwork {
+    _proxies: Vec<FaultProxy>,
+    /// The proxies' URLs, one per instance.
+    pub urls: Vec<String>,
+}
+
+impl DelayedNetwork {
+    pub fn start(cluster: &RedisCluster, delay: Duration) -> DelayedNetwork {
+        let proxies: Vec<FaultProxy> = cluster
+            .iter()
+            .map(|s| FaultProxy::start(s.addr()).expect("starting a delay proxy"))
+            .collect();
+        for p in &proxies {
+            p.set_fault(Fault::Delay(delay));
+        }
+        let urls = proxies.iter().map(FaultProxy::url).collect();
+        DelayedNetwork {
+            _proxies: proxies,
+            urls,
+        }
+    }
+
+    /// Plain connections through the proxies, for the raw baseline.
+    pub fn connect(&self) -> Vec<redis::Connection> {
+        self.urls
+            .iter()
+            .map(|u| {
+                redis::Client::open(u.as_str())
+                    .and_then(|c| c.get_connection())
+                    .expect("raw connection through the proxy")
+            })
+            .collect()
+    }
 }

@@ -90,7 +90,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use plotters::style::RGBColor;
-use redfence::testing::{Fault, FaultProxy, RedisCluster};
+use redfence::testing::RedisCluster;
 
 #[path = "../../common/bench_support.rs"]
 mod bench_support;
@@ -100,7 +100,8 @@ mod clients;
 use bench_support::{
     contention, env_or, fmt_client_cpu, fmt_dur, fmt_server_cpu, machine_summary, median_by,
     next_resource, ratio, ratio_f64, raw_baseline, raw_baseline_on, redis_version, repeat,
-    single_thread, throughput, with_cpu, Contention, Sample, CONTENTION_WORKERS, CRITICAL_SECTION,
+    single_thread, throughput, with_cpu, Contention, DelayedNetwork, Sample, CONTENTION_WORKERS,
+    CRITICAL_SECTION,
 };
 use chart::{Line, Panel};
 use clients::{lockers, rslock_tasks, Locker};
@@ -460,23 +461,9 @@ fn raw_connect_per_command(urls: &[String], ops: usize) -> Sample {
 /// `NETWORK_DELAY` each way; the raw baseline and each client (built anew
 /// on the proxies' addresses), one thread, repeats interleaved.
 fn network_table(settings: &Settings, cluster: &RedisCluster, runtime: &tokio::runtime::Runtime) {
-    let proxies: Vec<FaultProxy> = cluster
-        .iter()
-        .map(|s| FaultProxy::start(s.addr()).expect("starting a delay proxy"))
-        .collect();
-    for p in &proxies {
-        p.set_fault(Fault::Delay(NETWORK_DELAY));
-    }
-    let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
-    let connect = || -> Vec<redis::Connection> {
-        urls.iter()
-            .map(|u| {
-                redis::Client::open(u.as_str())
-                    .and_then(|c| c.get_connection())
-                    .expect("raw connection through the proxy")
-            })
-            .collect()
-    };
+    let network = DelayedNetwork::start(cluster, NETWORK_DELAY);
+    let urls = network.urls.clone();
+    let connect = || network.connect();
     // A round trip costs a millisecond or more here: a tenth of the ops.
     let ops = (settings.ops / 10).max(1);
     let warm_up = (ops / 5).max(5);
