@@ -1,14 +1,23 @@
 -- Release locks only where they still hold our value (compare-and-delete).
--- KEYS lock keys (one, or the members of a set); ARGV[1] lock value
+-- KEYS lock keys (one, or the members of a set), then the attempt's void
+-- key; ARGV[1] lock value, ARGV[2] void key ttl in ms
 -- Returns 1 when every key was ours and is deleted, 0 otherwise (keys that
 -- were ours are deleted all the same; the others are left alone).
 -- (A holder's release announces itself with a native PUBLISH after this.)
+--
+-- Where a key was not ours, this attempt's acquire may still be on its way
+-- (held up in the network, or in the socket buffer of a paused server): the
+-- void key makes it refuse when it lands, instead of leaving a lock nobody
+-- owns for a whole TTL.
 local all = 1
-for _, key in ipairs(KEYS) do
-  if redis.call('GET', key) == ARGV[1] then
-    redis.call('DEL', key)
+for i = 1, #KEYS - 1 do
+  if redis.call('GET', KEYS[i]) == ARGV[1] then
+    redis.call('DEL', KEYS[i])
   else
     all = 0
   end
+end
+if all == 0 then
+  redis.call('SET', KEYS[#KEYS], '1', 'PX', ARGV[2])
 end
 return all

@@ -5,15 +5,15 @@
 /// Every command a redfence client sends, directly or from its Lua scripts
 /// (Redis checks a script's calls against the caller's ACL too).
 ///
-/// - Sent directly: `set`, `incr` and `pexpire` (the acquisition),
-///   `publish` (a release's announcement), `time` (the instance's clock,
-///   read on connect and every few seconds), `ping`
+/// - Sent directly: `publish` (a release's announcement), `time` (the
+///   instance's clock, read on connect and every few seconds), `ping`
 ///   ([`Redlock::ping`](crate::Redlock::ping)), `evalsha` and
 ///   `script|load` (the scripts), `subscribe`, `unsubscribe` and
 ///   `punsubscribe` (release notifications; redis-rs sends the last one
 ///   when a subscriber connection is put down).
-/// - Called by the scripts: `get`, `del`, `set`, `pexpire`, `time` (raise
-///   round), and `type` (locking a set of resources).
+/// - Called by the scripts: `exists`, `type`, `get`, `set`, `time`
+///   (acquisition), `get`, `pexpire`, `time` (raise round and extension),
+///   `get`, `del`, `set` (release).
 ///
 /// redis-rs also sends `CLIENT SETINFO` when it connects and ignores the
 /// answer, so it need not be allowed.
@@ -23,7 +23,7 @@ pub const ACL_COMMANDS: &[&str] = &[
     "get",
     "set",
     "del",
-    "incr",
+    "exists",
     "pexpire",
     "publish",
     "subscribe",

@@ -1,42 +1,36 @@
 //! One acquisition attempt: the Redlock vote plus the fencing token.
 //!
-//! Each instance gets one pipeline of native commands, no script:
+//! Each instance runs `lua/acquire.lua` once, for a single lock and for a
+//! set alike: it takes every lock or none and answers a token per member,
+//! computed there from the instance's own counter and clock when the script
+//! runs. Any request may land late (after the client gave up on it, after
+//! later requests, after a restart), twice, or never, so the client sends no
+//! value that could create or lower a counter: only a proposal `P` (its
+//! reading of the instances' clocks, see `clock.rs`), which instances take
+//! when it lies within a millisecond ahead of their own clock, so that their
+//! answers agree. The token is the highest answer of the granting
+//! instances; if they disagree, a raise round (`lua/fence_raise.lua`) makes
+//! a quorum hold at least the token before it is handed out, so the next
+//! grant's quorum, which overlaps this one, counts above it.
+//! `tests/model_fencing.rs` checks that tokens strictly increase with every
+//! request delivered late, out of order, twice or never, and counters lost
+//! or rolled back.
 //!
-//! 1. `SET fence S NX PX idle`: a missing counter starts at the seed `S`,
-//!    the latest instance clock reading (see `clock.rs`);
-//! 2. `SET lock value NX PX ttl GET`: the lock itself; the reply is nil when
-//!    granted, the holder's value when not, and WRONGTYPE for a foreign key;
-//! 3. `INCR fence`: the instance's fencing counter for this grant;
-//! 4. `PEXPIRE fence idle`: the counter expires only after `idle` unused.
-//!
-//! The pipeline is not a transaction: `INCR` also runs where the lock was
-//! refused (counters only go up, so that is harmless), and another client's
-//! FLUSHALL can run between its commands. A counter below
-//! [`SEED_FLOOR`](crate::clock::SEED_FLOOR) is one that no seed reached; it
-//! counts as the current clock reading plus its value, and the raise round
-//! lifts it. `tests/model_fencing.rs` checks that tokens still strictly
-//! increase, and that they do not without that rule.
-//!
-//! A set of resources (`lock_all`) needs all its locks set or none on each
-//! instance, which takes a script: `lua/acquire_all.lua` does the same per
-//! member, atomically, after checking every key. Everything after the vote
-//! (tokens per member, raise rounds, validity, clean-up) is shared.
+//! A failed attempt cleans up on every instance that did not refuse; the
+//! clean-up also voids the attempt's acquire where it has not landed yet
+//! (`lua/release.lua`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::clock::SEED_FLOOR;
 use crate::keys::{Keys, Target};
 use crate::quorum::{all_yes, error_reply, unexpected, Vote};
-use crate::scripts::{self, ACQUIRE_ALL, FENCE_RAISE};
+use crate::scripts::{self, FENCE_RAISE};
 use crate::shared::Shared;
 use crate::telemetry;
 use crate::{Error, FencingToken};
-
-/// Commands in one acquire request.
-const ACQUIRE_COMMANDS: usize = 4;
 
 /// A granted lock, before it becomes a guard.
 pub(crate) struct Grant {
@@ -63,23 +57,18 @@ pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result
     let cfg = &shared.cfg;
     let instances = &shared.instances;
     let value = uuid::Uuid::new_v4().simple().to_string();
-    let seed = instances.clock_seed();
+    let proposal = instances.clock_proposal();
     let start = Instant::now();
     let deadline = start + cfg.instance_timeout;
-    let round = if target.is_set() {
-        let cmd = pack_acquire_all(target, &value, ttl, cfg.fence_idle, seed);
-        instances.round(&cmd, 1, deadline, classify_acquire_all)
-    } else {
-        let cmd = pack_acquire(&target.members[0].keys, &value, ttl, cfg.fence_idle, seed);
-        instances.round(&cmd, ACQUIRE_COMMANDS, deadline, classify_acquire)
-    };
+    let cmd = scripts::acquire(target, &value, ttl, cfg.fence_idle, proposal);
+    let round = instances.round(&cmd, 1, deadline, classify_acquire);
     let tally = round.wait(deadline);
 
     // Sent to every instance that did not refuse, answered or not: a grant
     // whose reply was lost must not linger. Useless once the lease would
     // have expired anyway.
     let release_all = |refused: &dyn Fn(usize) -> bool| {
-        let cmd = scripts::release(target, &value);
+        let cmd = scripts::release(target, &value, ttl);
         instances.deliver(&cmd, 1, start + ttl, None, |i| !refused(i));
     };
     let unavailable = |granted: usize, errors| Error::Unavailable {
@@ -109,19 +98,14 @@ pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result
         return Err(Failure { error, granted });
     }
 
-    // Every instance that answered had its clock read when it connected, so
-    // this is not 0 here; a counter no seed reached counts from it.
-    let now = instances.clock_seed().max(seed);
-    let effective = |c: u64| if c < SEED_FLOOR { now + c } else { c };
     let mut tokens = Vec::with_capacity(target.members.len());
     let mut lagging = Vec::new();
     for (m, member) in target.members.iter().enumerate() {
         let counters = tally.yes.iter().filter_map(|(_, c)| c.get(m).copied());
-        let token = counters.clone().map(effective).max().unwrap_or(0);
-        if token < SEED_FLOOR {
+        let Some(token) = counters.clone().max() else {
             release_all(&|_| false);
             return Err(Failure::from(unavailable(0, Vec::new())));
-        }
+        };
         if counters.clone().count() != tally.yes.len() || counters.into_iter().any(|c| c != token) {
             lagging.push((&member.keys, token));
         }
@@ -178,97 +162,8 @@ fn pack_raise(lagging: &[(&Keys, u64)], value: &str, idle: Duration) -> Arc<[u8]
     bytes.into()
 }
 
-/// The acquire script of a set: lock and fence keys in pairs.
-fn pack_acquire_all(
-    target: &Target,
-    value: &str,
-    ttl: Duration,
-    idle: Duration,
-    seed: u64,
-) -> Arc<[u8]> {
-    let keys: Vec<&str> = target
-        .members
-        .iter()
-        .flat_map(|m| [m.keys.lock.as_str(), m.keys.fence.as_str()])
-        .collect();
-    let (ttl_ms, idle_ms, seed) = (
-        ttl.as_millis().to_string(),
-        idle.as_millis().to_string(),
-        seed.to_string(),
-    );
-    scripts::packed(
-        &ACQUIRE_ALL,
-        &keys,
-        &[
-            value.as_bytes(),
-            ttl_ms.as_bytes(),
-            idle_ms.as_bytes(),
-            seed.as_bytes(),
-        ],
-    )
-}
-
-/// The four commands of an acquire request, packed once for all instances.
-fn pack_acquire(keys: &Keys, value: &str, ttl: Duration, idle: Duration, seed: u64) -> Arc<[u8]> {
-    let ttl_ms = ttl.as_millis() as u64;
-    let idle_ms = idle.as_millis() as u64;
-    let mut pipe = redis::pipe();
-    pipe.cmd("SET")
-        .arg(&keys.fence)
-        .arg(seed)
-        .arg("NX")
-        .arg("PX")
-        .arg(idle_ms)
-        .cmd("SET")
-        .arg(&keys.lock)
-        .arg(value)
-        .arg("NX")
-        .arg("PX")
-        .arg(ttl_ms)
-        .arg("GET")
-        .cmd("INCR")
-        .arg(&keys.fence)
-        .cmd("PEXPIRE")
-        .arg(&keys.fence)
-        .arg(idle_ms);
-    pipe.get_packed_pipeline().into()
-}
-
-/// Granted with the instance's counter, or refused (held elsewhere).
+/// `{1, token...}` is a grant (of every member), `{0}` a refusal.
 fn classify_acquire(values: &[Value]) -> Vote<Vec<u64>, ()> {
-    // The seed's and the expiry's replies matter only as errors (an ACL
-    // refusal, say), which `error_reply` below finds among all four.
-    let [_, lock, counter, _] = values else {
-        return unexpected("acquire", values);
-    };
-    match lock {
-        Value::Nil => {}
-        Value::BulkString(_) | Value::SimpleString(_) => return Vote::No(()),
-        other => {
-            return error_reply(std::slice::from_ref(other))
-                .unwrap_or_else(|| unexpected("acquire", values))
-        }
-    }
-    if let Value::ServerError(e) = counter {
-        if e.code() == "ERR" && e.details().is_some_and(|d| d.contains("not an integer")) {
-            return Vote::Failed(crate::InstanceError::new(
-                "",
-                crate::InstanceErrorKind::WrongType,
-                "redfence: the fence key holds a value that is not a counter",
-            ));
-        }
-    }
-    if let Some(vote) = error_reply(values) {
-        return vote;
-    }
-    match counter {
-        Value::Int(c) if *c > 0 => Vote::Yes(vec![*c as u64]),
-        _ => unexpected("acquire", values),
-    }
-}
-
-/// `{1, counter...}` is a grant of the whole set, `{0}` a refusal.
-fn classify_acquire_all(values: &[Value]) -> Vote<Vec<u64>, ()> {
     if let Some(vote) = error_reply(values) {
         return vote;
     }
@@ -290,7 +185,7 @@ fn classify_acquire_all(values: &[Value]) -> Vote<Vec<u64>, ()> {
             _ => {}
         }
     }
-    unexpected("acquire_all", values)
+    unexpected("acquire", values)
 }
 
 #[cfg(test)]
@@ -299,20 +194,20 @@ mod tests {
 
     #[test]
     fn replies_classify_as_votes() {
-        let ok = || Value::Okay;
-        let granted = [ok(), Value::Nil, Value::Int(7), Value::Int(1)];
-        assert!(matches!(classify_acquire(&granted), Vote::Yes(c) if c == [7]));
-        let held = [
-            Value::Nil,
-            Value::BulkString(b"secret".to_vec()),
-            Value::Int(8),
+        let granted = [Value::Array(vec![
             Value::Int(1),
-        ];
-        assert!(matches!(classify_acquire(&held), Vote::No(())));
-        let short = [Value::Nil];
-        let Vote::Failed(e) = classify_acquire(&short) else {
-            panic!("short reply")
+            Value::Int(7),
+            Value::Int(9),
+        ])];
+        assert!(matches!(classify_acquire(&granted), Vote::Yes(c) if c == [7, 9]));
+        let refused = [Value::Array(vec![Value::Int(0)])];
+        assert!(matches!(classify_acquire(&refused), Vote::No(())));
+        let odd = [Value::BulkString(b"secret".to_vec())];
+        let Vote::Failed(e) = classify_acquire(&odd) else {
+            panic!("unexpected reply")
         };
         assert!(!e.detail().contains("secret"));
+        let zero = [Value::Array(vec![Value::Int(1), Value::Int(0)])];
+        assert!(matches!(classify_acquire(&zero), Vote::Failed(_)));
     }
 }

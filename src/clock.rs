@@ -1,32 +1,30 @@
-//! The instances' clocks, as the client reads them: the seed of a missing
-//! fencing counter.
+//! The instances' clocks, as the client reads them: the proposal for new
+//! fencing tokens that an acquire carries.
 //!
-//! A counter that does not exist (new resource, instance restarted without
-//! its data, idle expiry) must start above every token issued before, and
-//! only a clock survives data loss. Each worker reads its instance's `TIME`
-//! when it connects, and again every [`REFRESH`] while it has work, and
-//! carries the reading forward on the client's monotonic clock. The seed of
-//! a lock attempt is the latest of these estimates over all instances: one
-//! value, sent to every instance, so the counters a new resource gets agree
-//! and its first grant needs no raise round, and a value at least as late as
-//! any single instance's clock, so one instance whose clock lags does not
-//! pull it back.
+//! Every token is computed on the instance, from its own counter and its
+//! own clock when the acquire script runs (`lua/acquire.lua`): nothing read
+//! here can make a token repeat or go backwards, whatever it says. What it
+//! buys is agreement. Instances take the proposal when it lies within
+//! [`PROPOSAL_WINDOW_MICROS`](crate::scripts::PROPOSAL_WINDOW_MICROS) ahead of their clock, so the tokens of the
+//! granting instances agree and the raise round is skipped. The proposal is
+//! the latest instance clock the client knows plus half that window: each
+//! worker reads its instance's `TIME` when it connects, and again every
+//! [`REFRESH`] while it has work, and carries the reading forward on the
+//! client's monotonic clock. A reading that is wrong (a stale one, a host
+//! suspend, an instance clock stepped) only costs raise rounds until the
+//! next refresh.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
+
+use crate::scripts::PROPOSAL_LEAD_MICROS;
 
 use redis::Value;
 
 /// How often a busy worker reads its instance's clock again, so that a
 /// stepped instance clock or a slowly drifting monotonic clock is followed.
 pub(crate) const REFRESH: Duration = Duration::from_secs(10);
-
-/// Counters below this were created by an `INCR` that no seed reached: a
-/// request sent before any instance clock was read, or data lost between
-/// the seed and the `INCR` of one pipeline. Every clock reading in
-/// microseconds since 1970 is far above it (2^40 µs is 12.7 days).
-pub(crate) const SEED_FLOOR: u64 = 1 << 40;
 
 /// The process's reference point for monotonic microseconds.
 static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
@@ -50,7 +48,7 @@ impl Default for InstanceClock {
 impl InstanceClock {
     /// Records a `TIME` reply to a request sent at `sent`. The reply was
     /// produced after `sent`, so the estimate errs late, by at most the
-    /// round trip: a seed from it is never behind the instance's clock.
+    /// round trip.
     pub fn record(&self, reply: &Value, sent: Instant) -> bool {
         let Some(micros) = time_micros(reply) else {
             return false;
@@ -70,14 +68,14 @@ impl InstanceClock {
     }
 }
 
-/// The latest clock reading among `clocks`, or 0 when none was read yet (a
-/// counter created from it lands below [`SEED_FLOOR`], which the token
-/// computation recognises).
-pub(crate) fn seed<'a>(clocks: impl Iterator<Item = &'a InstanceClock>) -> u64 {
+/// The proposal for new tokens: the latest clock reading among `clocks`
+/// plus [`PROPOSAL_LEAD_MICROS`], or 0 when none was read yet (instances
+/// then use their own clocks).
+pub(crate) fn proposal<'a>(clocks: impl Iterator<Item = &'a InstanceClock>) -> u64 {
     clocks
         .filter_map(InstanceClock::now_micros)
         .max()
-        .unwrap_or(0)
+        .map_or(0, |latest| latest.saturating_add(PROPOSAL_LEAD_MICROS))
 }
 
 fn monotonic_micros(at: Instant) -> i64 {
@@ -118,7 +116,7 @@ mod tests {
     fn a_reading_is_carried_forward_and_never_runs_behind() {
         let clock = InstanceClock::default();
         assert_eq!(clock.now_micros(), None);
-        assert_eq!(seed([&clock].into_iter()), 0);
+        assert_eq!(proposal([&clock].into_iter()), 0);
         let sent = Instant::now();
         assert!(clock.record(&time(1_700_000_000, 250_000), sent));
         let first = clock.now_micros().expect("recorded");
@@ -126,17 +124,20 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         let later = clock.now_micros().expect("recorded");
         assert!(later >= first + 5_000, "{later} vs {first}");
-        assert!(later > SEED_FLOOR);
     }
 
     #[test]
-    fn the_seed_is_the_latest_clock() {
+    fn the_proposal_is_the_latest_clock_plus_the_lead() {
         let (slow, fast) = (InstanceClock::default(), InstanceClock::default());
         let sent = Instant::now();
         slow.record(&time(1_000_000, 0), sent);
         fast.record(&time(2_000_000, 0), sent);
-        let s = seed([&slow, &fast, &InstanceClock::default()].into_iter());
-        assert!((2_000_000_000_000..2_000_001_000_000).contains(&s), "{s}");
+        let p = proposal([&slow, &fast, &InstanceClock::default()].into_iter());
+        let lead = PROPOSAL_LEAD_MICROS;
+        assert!(
+            (2_000_000_000_000 + lead..2_000_001_000_000).contains(&p),
+            "{p}"
+        );
     }
 
     #[test]

@@ -1,10 +1,14 @@
 //! One Redis instance: a long-lived worker thread fed by a channel.
 //!
-//! Each instance has exactly one worker with one connection, so commands for
-//! an instance reach it in the order they were queued: a release queued
-//! after an acquire can never overtake it. The worker sends everything that
-//! queued up while it was busy as one pipeline (auto-pipelining), and drops
-//! requests whose deadline passed before they could be sent.
+//! Each instance has exactly one worker with one connection. Its requests
+//! usually reach the instance in the order they were queued, but nothing
+//! relies on it: a connection given up after a timeout may still deliver
+//! what was sent on it, after what the next connection sends (a slow
+//! network, a paused server reading its socket buffer when it resumes), so
+//! every script is written to be safe when it lands late, twice, or never.
+//! The worker sends everything that queued up while it was busy as one
+//! pipeline (auto-pipelining), and drops requests whose deadline passed
+//! before they could be sent.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -178,9 +182,8 @@ impl Worker {
     fn run(self, rx: Receiver<Request>) {
         let mut batch: Vec<Request> = Vec::with_capacity(self.max_batch);
         // Persistent requests (releases) not delivered yet, oldest first.
-        // Their order against newer requests does not matter: a release is
-        // always queued after its own acquire, which has been sent (or
-        // dropped unsent) by the time the release is owed.
+        // Their order against newer requests does not matter: a release
+        // that lands before its own acquire voids it (`lua/release.lua`).
         let mut owed: VecDeque<Request> = VecDeque::new();
         loop {
             let next = if owed.is_empty() {
@@ -217,18 +220,7 @@ impl Worker {
     /// everything else is removed.
     fn serve(&self, batch: &mut Vec<Request>) {
         let now = Instant::now();
-        batch.retain_mut(|req| {
-            if req.deadline > now {
-                return true;
-            }
-            let err = InstanceError::new(
-                &self.name,
-                InstanceErrorKind::Timeout,
-                "deadline passed before the request could be sent",
-            );
-            req.answer(self.index, Err(err));
-            false
-        });
+        self.drop_expired(batch, now);
         let Some(latest) = batch.iter().map(|r| r.deadline).max() else {
             return;
         };
@@ -236,14 +228,21 @@ impl Worker {
         let wait = connect_wait(wait, &self.connect_error);
         let results = match self.pool.get_timeout(wait) {
             Ok(mut conn) => {
+                // Waiting for the connection may have taken a deadline:
+                // such a request would only arrive late.
+                self.drop_expired(batch, Instant::now());
+                if batch.is_empty() {
+                    return;
+                }
                 let results = self.execute(&mut conn, batch);
                 if !found_dead(&results) {
                     results
                 } else {
                     // A pooled connection to a process that since exited (a
-                    // restart) fails at once. Nothing reached the old process
-                    // after it died, so send the batch again, once, on a fresh
-                    // connection.
+                    // restart) fails at once: send the batch again, once, on
+                    // a fresh connection. Should the first one have been
+                    // applied after all, the scripts take it twice: an
+                    // acquire finds its own value and grants again.
                     drop(conn);
                     let wait = latest
                         .saturating_duration_since(Instant::now())
@@ -269,6 +268,22 @@ impl Worker {
             }
         }
         *batch = retry;
+    }
+
+    /// Answers and removes the requests whose deadline has passed.
+    fn drop_expired(&self, batch: &mut Vec<Request>, now: Instant) {
+        batch.retain_mut(|req| {
+            if req.deadline > now {
+                return true;
+            }
+            let err = InstanceError::new(
+                &self.name,
+                InstanceErrorKind::Timeout,
+                "deadline passed before the request could be sent",
+            );
+            req.answer(self.index, Err(err));
+            false
+        });
     }
 
     /// Sends the batch as one pipeline and reads the replies in order. The

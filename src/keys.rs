@@ -5,7 +5,10 @@
 //!   with the lease's TTL;
 //! - `P fence:{R}`: the last fencing counter, an integer string that expires
 //!   after the counter idle time;
-//! - `P released:{R}`: the pub/sub channel a release is announced on.
+//! - `P released:{R}`: the pub/sub channel a release is announced on;
+//! - `P void:{R}:V`: written by the clean-up of an attempt with lock value
+//!   `V` that found no lock of its own (the attempt's acquire may still be
+//!   on its way); it makes that acquire refuse, and expires with the TTL.
 //!
 //! The two prefixes differ, so no resource name can collide with another's
 //! counter, and `{R}` is a hash tag that keeps both keys on the same slot if
@@ -25,6 +28,8 @@ pub(crate) struct Keys {
     pub lock: String,
     pub fence: String,
     pub channel: String,
+    /// The void keys of this resource, without the attempt's value.
+    void: String,
 }
 
 impl Keys {
@@ -33,6 +38,7 @@ impl Keys {
             lock: format!("{prefix}lock:{{{resource}}}"),
             fence: format!("{prefix}fence:{{{resource}}}"),
             channel: format!("{prefix}released:{{{resource}}}"),
+            void: format!("{prefix}void:{{{resource}}}:"),
         }
     }
 }
@@ -99,12 +105,14 @@ impl Target {
         })
     }
 
-    pub fn is_set(&self) -> bool {
-        self.members.len() > 1
-    }
-
     pub fn lock_keys(&self) -> Vec<&str> {
         self.members.iter().map(|m| m.keys.lock.as_str()).collect()
+    }
+
+    /// The void key of the attempt that uses lock value `value` (see
+    /// `lua/release.lua`), next to the first member's keys.
+    pub fn void_key(&self, value: &str) -> String {
+        format!("{}{value}", self.members[0].keys.void)
     }
 }
 
@@ -177,7 +185,7 @@ mod tests {
         let set = Target::all("p:", &["b", "a"]).unwrap();
         assert_eq!(set.name, "[b, a]");
         assert_eq!(set.lock_keys(), ["p:lock:{b}", "p:lock:{a}"]);
-        assert!(set.is_set());
-        assert!(!Target::one("p:", "a").unwrap().is_set());
+        assert_eq!(set.members.len(), 2);
+        assert_eq!(Target::one("p:", "a").unwrap().members.len(), 1);
     }
 }

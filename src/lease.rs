@@ -162,20 +162,20 @@ impl Lease {
 }
 
 /// Queues a release on every instance and marks the lease released. Once
-/// this returns, no extension can be queued any more; one queued before is
-/// served first (each instance's queue is in order), so nothing re-extends
-/// the key after its release. With `wait`, returns the round that counts
-/// the answers.
+/// this returns, no extension can be queued any more; one sent before that
+/// lands after the release finds no key of ours and does nothing
+/// (`lua/extend.lua` never creates a key). With `wait`, returns the round
+/// that counts the answers.
 pub(crate) fn send_release(
     shared: &Shared,
     lease: &Lease,
     wait: bool,
 ) -> Option<Arc<Round<(), ()>>> {
-    let (cmd, commands) = scripts::release_and_announce(&lease.target, &lease.value);
     let mut st = lease.state.lock();
     if st.released {
         return None;
     }
+    let (cmd, commands) = scripts::release_and_announce(&lease.target, &lease.value, st.ttl);
     // A lease past its validity that nobody observed yet is lost, exactly
     // as if the watchdog had got there first.
     let was_lost = lease.loss_locked(&mut st, Instant::now()).is_some();
@@ -300,9 +300,9 @@ impl PendingExtend<'_> {
             lease.changed.notify_all();
             return Ok(());
         }
-        // Some instances may have applied the new TTL: if it is shorter,
-        // the quorum's keys may expire sooner than we thought.
-        st.valid_until = st.valid_until.min(new_valid);
+        // Instances that applied this round, now or when it lands later,
+        // only ever moved an expiry later (`PEXPIRE … GT`): the validity
+        // we had still stands.
         st.failed_rounds += 1;
         if tally.no.len() > shared.instances.len() - quorum {
             lease.mark_lost_locked(&mut st, LossReason::NotHeld);

@@ -79,10 +79,9 @@ impl Instances {
         self.names.iter().map(String::as_str)
     }
 
-    /// The seed of a missing fencing counter: the latest instance clock
-    /// reading, in microseconds (0 when no instance was reached yet).
-    pub fn clock_seed(&self) -> u64 {
-        clock::seed(self.clocks.iter().map(Arc::as_ref))
+    /// The proposal for new tokens sent with an acquire (see `clock.rs`).
+    pub fn clock_proposal(&self) -> u64 {
+        clock::proposal(self.clocks.iter().map(Arc::as_ref))
     }
 
     /// Queues `commands` packed commands on every instance and returns the

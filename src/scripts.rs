@@ -1,30 +1,49 @@
 //! The Lua scripts, hashed once and sent with EVALSHA, and the packed
-//! requests built from them. The hot path uses only the release script;
-//! extension and the raise round are rarer.
+//! requests built from them. Every script reads and writes only state that
+//! stays right when the request lands late, twice, or after later ones: what
+//! they execute is modelled in `tests/model_fencing.rs` and
+//! `tests/model_lease.rs`.
 
 use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
 use redis::Script;
 
 use crate::keys::Target;
 
+const ACQUIRE_SOURCE: &str = include_str!("../lua/acquire.lua");
+const RELEASE_SOURCE: &str = include_str!("../lua/release.lua");
+const EXTEND_SOURCE: &str = include_str!("../lua/extend.lua");
 const FENCE_RAISE_SOURCE: &str = include_str!("../lua/fence_raise.lua");
 
-pub(crate) static ACQUIRE_ALL: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/acquire_all.lua")));
-pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/release.lua")));
-pub(crate) static EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/extend.lua")));
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
+pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_SOURCE));
 pub(crate) static FENCE_RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_RAISE_SOURCE));
 
 /// Sources of every script a worker connection preloads.
 pub(crate) const ALL_SOURCES: [&str; 4] = [
-    include_str!("../lua/acquire_all.lua"),
-    include_str!("../lua/release.lua"),
-    include_str!("../lua/extend.lua"),
+    ACQUIRE_SOURCE,
+    RELEASE_SOURCE,
+    EXTEND_SOURCE,
     FENCE_RAISE_SOURCE,
 ];
+
+/// How far ahead of an instance's clock the acquire script accepts the
+/// client's proposal for a new token, in microseconds (`EPS` in
+/// `lua/acquire.lua`). Tokens run at most this far ahead of the instances'
+/// clocks: a counter lost and recreated sooner than this (plus the offset
+/// between instance clocks) after a grant may repeat a token.
+pub(crate) const PROPOSAL_WINDOW_MICROS: u64 = 5000;
+
+/// How far ahead of its latest reading of the instance clocks the client
+/// proposes: the proposal reaches an instance a little later than it was
+/// made, so it aims at 3 ms ahead and is taken by every instance it reaches
+/// within 3 ms, whose clock lags the latest by at most 2 ms.
+pub(crate) const PROPOSAL_LEAD_MICROS: u64 = 3000;
+
+// A proposal ahead of the window would never be taken.
+const _: () = assert!(PROPOSAL_LEAD_MICROS < PROPOSAL_WINDOW_MICROS);
 
 /// An EVALSHA command packed once, shared by every instance's worker.
 pub(crate) fn packed(script: &Script, keys: &[&str], args: &[&[u8]]) -> Arc<[u8]> {
@@ -43,11 +62,57 @@ fn eval(script: &Script, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
     cmd
 }
 
-/// Compare-and-delete of a lease's lock keys: how a failed attempt cleans
-/// up. Nobody waits for a lock that was never granted, so nothing is
-/// announced.
-pub(crate) fn release(target: &Target, value: &str) -> Arc<[u8]> {
-    packed(&RELEASE, &target.lock_keys(), &[value.as_bytes()])
+/// The acquire script of a lease: lock and fence keys in pairs, then the
+/// attempt's void key.
+pub(crate) fn acquire(
+    target: &Target,
+    value: &str,
+    ttl: Duration,
+    idle: Duration,
+    proposal: u64,
+) -> Arc<[u8]> {
+    let void = target.void_key(value);
+    let keys: Vec<&str> = target
+        .members
+        .iter()
+        .flat_map(|m| [m.keys.lock.as_str(), m.keys.fence.as_str()])
+        .chain([void.as_str()])
+        .collect();
+    let (ttl_ms, idle_ms, proposal) = (
+        ttl.as_millis().to_string(),
+        idle.as_millis().to_string(),
+        proposal.to_string(),
+    );
+    packed(
+        &ACQUIRE,
+        &keys,
+        &[
+            value.as_bytes(),
+            ttl_ms.as_bytes(),
+            idle_ms.as_bytes(),
+            proposal.as_bytes(),
+        ],
+    )
+}
+
+/// Compare-and-delete of a lease's lock keys, leaving the void key where a
+/// key was not ours (the acquire may still land there). `ttl` is the lease's
+/// TTL: how long the void key stays.
+fn release_cmd(target: &Target, value: &str, ttl: Duration) -> redis::Cmd {
+    let void = target.void_key(value);
+    let keys: Vec<&str> = target
+        .lock_keys()
+        .into_iter()
+        .chain([void.as_str()])
+        .collect();
+    let ttl_ms = ttl.as_millis().max(1).to_string();
+    eval(&RELEASE, &keys, &[value.as_bytes(), ttl_ms.as_bytes()])
+}
+
+/// How a failed attempt cleans up. Nobody waits for a lock that was never
+/// granted, so nothing is announced.
+pub(crate) fn release(target: &Target, value: &str, ttl: Duration) -> Arc<[u8]> {
+    release_cmd(target, value, ttl).get_packed_command().into()
 }
 
 /// A holder's release: compare-and-delete, then a native `PUBLISH` on each
@@ -55,11 +120,26 @@ pub(crate) fn release(target: &Target, value: &str) -> Arc<[u8]> {
 /// The announcement goes out even where a key was already gone; a waiter
 /// woken for nothing tries once and waits again, which is cheaper than a
 /// `redis.call` inside the script on every release.
-pub(crate) fn release_and_announce(target: &Target, value: &str) -> (Arc<[u8]>, usize) {
+pub(crate) fn release_and_announce(
+    target: &Target,
+    value: &str,
+    ttl: Duration,
+) -> (Arc<[u8]>, usize) {
     let mut pipe = redis::pipe();
-    pipe.add_command(eval(&RELEASE, &target.lock_keys(), &[value.as_bytes()]));
+    pipe.add_command(release_cmd(target, value, ttl));
     for member in &target.members {
         pipe.cmd("PUBLISH").arg(&member.keys.channel).arg("1");
     }
     (pipe.get_packed_pipeline().into(), 1 + target.members.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_acquire_script_uses_the_same_window() {
+        let line = format!("local EPS = {PROPOSAL_WINDOW_MICROS}\n");
+        assert!(ACQUIRE_SOURCE.contains(&line), "{line}");
+    }
 }

@@ -9,6 +9,20 @@ use common::{builder, client, eventually, fence_key, lock_key};
 use redfence::testing::RedisCluster;
 use redfence::LockOptions;
 
+/// The machine's clock in microseconds: the instances here share it.
+fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
+}
+
+/// Counter values far ahead of every instance clock, where the clock floor
+/// of `lua/acquire.lua` plays no part: grants count up from them.
+fn ahead(step: u64) -> u64 {
+    now_micros() + 1_000_000_000_000 * step
+}
+
 fn token_of(locks: &redfence::Redlock, resource: &str) -> u64 {
     let guard = locks.lock(resource).expect("lock");
     let token = guard.token().get();
@@ -22,36 +36,37 @@ fn tokens_increase_with_each_grant() {
     let locks = client(&cluster);
     let tokens: Vec<u64> = (0..20).map(|_| token_of(&locks, "seq")).collect();
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
-    // A fresh counter is seeded from the instances' clock in microseconds
-    // (read by the client, the same seed on every instance), then bumped.
-    let now_us = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as u64;
+    // A fresh counter starts from the instances' clock in microseconds.
+    let now_us = now_micros();
     let first = tokens[0];
     assert!(
         first > now_us - 60_000_000 && first < now_us + 60_000_000,
         "{first} vs {now_us}"
     );
-    // Every instance has processed everything sent (a ping queues behind).
+    // Every instance has processed everything sent (a ping queues behind);
+    // a quorum holds at least the last token (an instance whose grant came
+    // after the decision may hold more: its clock had moved on).
     assert!(locks.ping().iter().all(|(_, r)| r.is_ok()));
-    for server in cluster.iter() {
-        let counter: u64 = server.get(&fence_key("seq")).unwrap().parse().unwrap();
-        assert_eq!(
-            counter, tokens[19],
-            "every counter agrees with the last token"
-        );
-    }
+    let at_least = cluster
+        .iter()
+        .filter(|s| s.get(&fence_key("seq")).unwrap().parse::<u64>().unwrap() >= tokens[19])
+        .count();
+    assert!(
+        at_least >= 3,
+        "only {at_least} counters reach the last token"
+    );
 }
 
-/// A new resource's counters are all created from the same seed (the
-/// latest instance clock the client read), so they agree and its first
-/// grant needs no raise round: one round trip. Raise rounds are the only
-/// EVALSHA calls besides the releases, one per instance reached. (A client
-/// that has not read any instance clock yet, right after `build()`, seeds
-/// nothing and pays a raise round; the ping below connects it first.)
+/// A new resource's counters are all created from the client's proposal
+/// (the latest instance clock it read, a little ahead), which instances
+/// take when it is within a few milliseconds of their own clock: they
+/// agree, and its first grant needs no raise round, one round trip. Raise
+/// rounds are the only EVALSHA calls besides the acquires and releases. A
+/// busy machine can delay a request past the proposal's window, which costs
+/// a raise round, so a few are allowed; without the proposal every grant
+/// would need one (the instances' clocks differ by microseconds).
 #[test]
-fn new_resources_skip_the_raise_round() {
+fn new_resources_mostly_skip_the_raise_round() {
     let cluster = RedisCluster::start(5);
     let locks = client(&cluster);
     assert!(locks.ping().iter().all(|(_, r)| r.is_ok()));
@@ -61,7 +76,10 @@ fn new_resources_skip_the_raise_round() {
     locks.ping();
     for server in cluster.iter() {
         let evalsha = server.commandstats().get("evalsha").copied().unwrap_or(0);
-        assert_eq!(evalsha, 20, "20 releases and no raise round: {evalsha}");
+        assert!(
+            (40..=50).contains(&evalsha),
+            "20 acquires, 20 releases and at most 10 raise rounds: {evalsha}"
+        );
     }
     let distinct: std::collections::HashSet<u64> = tokens.iter().copied().collect();
     assert_eq!(distinct.len(), 20, "{tokens:?}");
@@ -76,8 +94,7 @@ fn diverged_counters_still_give_increasing_tokens() {
     // then made unreachable for the next grant.
     let mut last = 0;
     for (round, high) in [4usize, 0, 2].into_iter().enumerate() {
-        // Above the floor below which a counter counts as never seeded.
-        let base = 10_000_000_000_000 * (round as u64 + 1);
+        let base = ahead(round as u64 + 1);
         for (i, server) in cluster.iter().enumerate() {
             let value = if i == high { base + 500_000 } else { base };
             // Counters only ever go up in real life; keep that here.
@@ -101,8 +118,7 @@ fn a_raise_round_lifts_the_lagging_counters() {
     let key = fence_key("raise");
     // Two of three agree, one is ahead: any quorum of two that includes the
     // high one disagrees and must raise; one that does not agrees.
-    // (Above the floor below which a counter counts as never seeded.)
-    let base: u64 = 10_000_000_000_000;
+    let base = ahead(1);
     let set = |i: usize, v: u64| {
         cluster
             .server(i)
@@ -121,36 +137,33 @@ fn a_raise_round_lifts_the_lagging_counters() {
     assert!(low >= base + 5001, "lagging counter not raised: {low}");
 }
 
-/// The acquisition is a pipeline, not a transaction: a FLUSHALL between its
-/// `SET fence S NX` and its `INCR` leaves a counter that no seed reached,
-/// starting from 1. Such a counter (below 2^40) counts as the client's
-/// clock reading plus its value, and the raise round lifts it, so the next
-/// token is still above every earlier one.
+/// A counter can come back older than tokens handed out since: an instance
+/// restarted from an RDB snapshot or an `appendfsync everysec` log, or a
+/// replica promoted after a failover. Every grant takes at least the
+/// instance's clock, so such a counter cannot repeat a token.
 #[test]
-fn a_counter_no_seed_reached_counts_from_the_clock() {
+fn a_counter_that_comes_back_older_does_not_repeat_tokens() {
     let cluster = RedisCluster::start(3);
     let locks = client(&cluster);
-    let before = token_of(&locks, "unseeded");
+    let first = token_of(&locks, "rolled-back");
+    let second = token_of(&locks, "rolled-back");
+    // Every instance rolled back to before the second grant.
     for server in cluster.iter() {
-        server.cmd(&["SET", &fence_key("unseeded"), "1"]).unwrap();
+        server
+            .cmd(&["SET", &fence_key("rolled-back"), &first.to_string()])
+            .unwrap();
     }
-    let after = token_of(&locks, "unseeded");
-    assert!(after > before, "{after} after {before}");
-    locks.ping();
-    let lifted = cluster
-        .iter()
-        .filter(|s| {
-            s.get(&fence_key("unseeded"))
-                .unwrap()
-                .parse::<u64>()
-                .unwrap()
-                >= after
-        })
-        .count();
-    assert!(
-        lifted >= 2,
-        "the raise round did not lift a quorum of counters"
-    );
+    let third = token_of(&locks, "rolled-back");
+    assert!(first < second && second < third, "{first} {second} {third}");
+    // And a counter far behind (a snapshot from long ago) is overtaken by
+    // the clock too.
+    for server in cluster.iter() {
+        server
+            .cmd(&["SET", &fence_key("rolled-back"), "1"])
+            .unwrap();
+    }
+    let fourth = token_of(&locks, "rolled-back");
+    assert!(fourth > third, "{fourth} after {third}");
 }
 
 /// A raise round's request can land late, after its instance lost its data
@@ -166,7 +179,7 @@ fn a_raise_landing_on_a_lost_counter_seeds_it_from_the_clock() {
     let server = RedisServer::start();
     let mut conn = server.connection();
     let raise = redis::Script::new(include_str!("../lua/fence_raise.lua"));
-    let old_token: u64 = 10_000_000_000_000;
+    let old_token: u64 = 1_000_000;
     let ours: i64 = raise
         .key(lock_key("late"))
         .key(fence_key("late"))
@@ -176,10 +189,7 @@ fn a_raise_landing_on_a_lost_counter_seeds_it_from_the_clock() {
         .invoke(&mut conn)
         .unwrap();
     assert_eq!(ours, 0, "the lock is not ours there");
-    let now_us = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as u64;
+    let now_us = now_micros();
     let counter: u64 = server.get(&fence_key("late")).unwrap().parse().unwrap();
     assert!(
         counter > now_us - 60_000_000,
@@ -240,17 +250,15 @@ fn expired_counters_restart_above_earlier_tokens() {
 fn tokens_differ_per_resource_but_each_increases() {
     let cluster = RedisCluster::start(3);
     let locks = client(&cluster);
-    // Counters far apart and equal on every instance: every grant is a
-    // plain increment, no raise round. (Above the floor below which a
-    // counter counts as never seeded.)
-    const A: u64 = 10_000_000_000_000;
-    const B: u64 = 20_000_000_000_000;
+    // Counters far apart, ahead of the clock and equal on every instance:
+    // every grant is a plain increment, no raise round.
+    let (a_base, b_base) = (ahead(1), ahead(2));
     for server in cluster.iter() {
         server
-            .cmd(&["SET", &fence_key("a"), &A.to_string()])
+            .cmd(&["SET", &fence_key("a"), &a_base.to_string()])
             .unwrap();
         server
-            .cmd(&["SET", &fence_key("b"), &B.to_string()])
+            .cmd(&["SET", &fence_key("b"), &b_base.to_string()])
             .unwrap();
     }
     let opts = LockOptions::new().auto_extend(false);
@@ -267,12 +275,12 @@ fn tokens_differ_per_resource_but_each_increases() {
     }
     assert_eq!(
         a_tokens,
-        [A + 1, A + 2, A + 3],
+        [a_base + 1, a_base + 2, a_base + 3],
         "b's grants moved a's counter"
     );
     assert_eq!(
         b_tokens,
-        [B + 1, B + 2, B + 3],
+        [b_base + 1, b_base + 2, b_base + 3],
         "a's grants moved b's counter"
     );
 }

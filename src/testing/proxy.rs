@@ -39,6 +39,13 @@ pub enum Fault {
     /// Hold each chunk this long before forwarding it, in both directions
     /// (so a request and its reply take at least twice this). Order is kept.
     Delay(Duration),
+    /// Hold each chunk this long on the connections that were open when
+    /// the fault was set, in both directions; connections opened since
+    /// pass unharmed. What a client sees when requests it gave up on are
+    /// stuck on a congested path (or in a paused server's socket buffer)
+    /// while its new connection gets through: they land late, after what
+    /// it sent since.
+    DelayOpen(Duration),
     /// Like [`Delay`](Fault::Delay), with a delay drawn uniformly from
     /// `min..=max` for each chunk. Order is kept.
     Jitter {
@@ -77,13 +84,19 @@ pub struct FaultProxy {
 /// What every proxy thread reads.
 #[derive(Debug)]
 struct Control {
-    fault: Mutex<Fault>,
+    /// The fault, and how many faults were set before it (connections
+    /// opened before then are "open" for [`Fault::DelayOpen`]).
+    fault: Mutex<(Fault, u64)>,
     shutdown: AtomicBool,
 }
 
 impl Control {
     fn fault(&self) -> Fault {
-        *self.fault.lock()
+        self.fault.lock().0
+    }
+
+    fn generation(&self) -> u64 {
+        self.fault.lock().1
     }
 
     fn shutting_down(&self) -> bool {
@@ -114,6 +127,8 @@ struct Link {
     closed: AtomicBool,
     /// Some data was thrown away by [`Fault::BlackHole`].
     discarded: AtomicBool,
+    /// The fault generation when the connection was opened.
+    opened: u64,
 }
 
 impl Link {
@@ -155,7 +170,7 @@ impl FaultProxy {
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let control = Arc::new(Control {
-            fault: Mutex::new(Fault::Pass),
+            fault: Mutex::new((Fault::Pass, 0)),
             shutdown: AtomicBool::new(false),
         });
         let conns = Arc::new(Mutex::new(Vec::new()));
@@ -197,7 +212,10 @@ impl FaultProxy {
     /// leaving [`Fault::BlackHole`] closes those that lost data, so the next
     /// command a test sends sees the new fault.
     pub fn set_fault(&self, fault: Fault) {
-        *self.control.fault.lock() = fault;
+        {
+            let mut current = self.control.fault.lock();
+            *current = (fault, current.1 + 1);
+        }
         match fault {
             Fault::Reset => self.cut_all(),
             Fault::BlackHole => {}
@@ -313,6 +331,7 @@ fn open_conn(client: TcpStream, target: SocketAddr, control: &Arc<Control>) -> O
         upstream,
         closed: AtomicBool::new(false),
         discarded: AtomicBool::new(false),
+        opened: control.generation(),
     });
     let mut pumps = Vec::with_capacity(2);
     let to_server = (
@@ -409,6 +428,8 @@ fn pump(
         let delay = match control.fault() {
             Fault::Pass => Duration::ZERO,
             Fault::Delay(d) => d,
+            Fault::DelayOpen(d) if link.opened < control.generation() => d,
+            Fault::DelayOpen(_) => Duration::ZERO,
             Fault::Jitter { min, max } => rng.duration_between(min, max),
             Fault::BlackHole => {
                 link.discarded.store(true, Ordering::SeqCst);
