@@ -4,7 +4,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -88,6 +88,8 @@ struct Control {
     /// opened before then are "open" for [`Fault::DelayOpen`]).
     fault: Mutex<(Fault, u64)>,
     shutdown: AtomicBool,
+    /// Chunks read and waiting out a delay.
+    held: AtomicUsize,
 }
 
 impl Control {
@@ -172,6 +174,7 @@ impl FaultProxy {
         let control = Arc::new(Control {
             fault: Mutex::new((Fault::Pass, 0)),
             shutdown: AtomicBool::new(false),
+            held: AtomicUsize::new(0),
         });
         let conns = Arc::new(Mutex::new(Vec::new()));
         let accept = {
@@ -227,6 +230,13 @@ impl FaultProxy {
                 }
             }
         }
+    }
+
+    /// Chunks of traffic (either way) read and still held by a delay:
+    /// zero once everything a delay held has been passed on (or dropped
+    /// with its connection).
+    pub fn held(&self) -> usize {
+        self.control.held.load(Ordering::SeqCst)
     }
 
     /// The current fault.
@@ -439,16 +449,15 @@ fn pump(
             Fault::DropReplies if direction == Direction::ToClient => break,
             Fault::DropReplies => Duration::ZERO,
         };
-        if !sleep_while_open(control, link, delay) {
-            break;
+        let held = !delay.is_zero();
+        if held {
+            control.held.fetch_add(1, Ordering::SeqCst);
         }
-        let Some(dst) = dst.as_mut() else {
-            // No upstream: only possible for a black-holed connection, which
-            // the fault check above closes once the black hole ends.
-            link.discarded.store(true, Ordering::SeqCst);
-            continue;
-        };
-        if dst.write_all(&buf[..n]).is_err() {
+        let forwarded = forward(control, link, delay, dst.as_mut(), &buf[..n]);
+        if held {
+            control.held.fetch_sub(1, Ordering::SeqCst);
+        }
+        if !forwarded {
             break;
         }
     }
@@ -457,6 +466,30 @@ fn pump(
 
 /// Sleeps for `delay` unless the proxy shuts down or the connection closes
 /// first; `false` in that case.
+/// Waits out `delay`, then writes `chunk` on; false when the connection
+/// is over.
+fn forward(
+    control: &Control,
+    link: &Link,
+    delay: Duration,
+    dst: Option<&mut TcpStream>,
+    chunk: &[u8],
+) -> bool {
+    if !sleep_while_open(control, link, delay) {
+        return false;
+    }
+    match dst {
+        Some(dst) => dst.write_all(chunk).is_ok(),
+        None => {
+            // No upstream: only possible for a black-holed connection,
+            // which the fault check in `pump` closes once the black hole
+            // ends.
+            link.discarded.store(true, Ordering::SeqCst);
+            true
+        }
+    }
+}
+
 fn sleep_while_open(control: &Control, link: &Link, delay: Duration) -> bool {
     let deadline = Instant::now() + delay;
     loop {

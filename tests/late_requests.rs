@@ -1,0 +1,296 @@
+//! Requests that land after the client gave up on them.
+//!
+//! A request the client gave up on (its instance timeout passed, the
+//! connection was replaced) is not gone: bytes already sent keep travelling
+//! and are applied later, after what the client sent since on its new
+//! connection. [`Fault::DelayOpen`] makes that happen on demand: the
+//! connections open when it is set hold their traffic, new ones pass. Each
+//! test plays one way this once broke fencing or exclusion, against real
+//! servers, and checks the guarantee a user relies on.
+
+mod common;
+#[path = "common/faults.rs"]
+mod faults_common;
+
+use std::time::Duration;
+
+use common::eventually;
+use faults_common::{fence_key, lock_key, Proxied};
+use redfence::testing::{Fault, FencedStore, RedisServer};
+use redfence::{Error, LockOptions, Redlock, RedlockBuilder};
+
+/// How long a held request stays held: far longer than any instance
+/// timeout here, short enough for a test.
+const HELD: Duration = Duration::from_secs(3);
+
+/// Waits until every connection the client may use is open, so that the
+/// requests of the next call go out on connections that exist now.
+fn warm(locks: &Redlock) {
+    assert!(
+        eventually(Duration::from_secs(5), || locks
+            .ping()
+            .iter()
+            .all(|(_, r)| r.is_ok())),
+        "the instances answer"
+    );
+}
+
+fn build(builder: RedlockBuilder) -> Redlock {
+    let locks = builder.build().expect("client builds");
+    warm(&locks);
+    locks
+}
+
+/// Waits until every request the proxies held has been passed on, and
+/// each server has read it: a command on a connection of its own, sent
+/// after the held bytes were written, is answered after them.
+fn wait_landed(net: &Proxied) {
+    assert!(
+        eventually(HELD * 3, || net.proxies.iter().all(|p| p.held() == 0)),
+        "held requests never passed on"
+    );
+    for server in net.cluster.iter() {
+        server.cmd(&["PING"]).expect("the server answers");
+    }
+}
+
+fn counter(server: &RedisServer, resource: &str) -> Option<u64> {
+    server
+        .get(&fence_key(resource))
+        .map(|c| c.parse().expect("a counter"))
+}
+
+/// The review's first finding, played out: a late acquire must not
+/// recreate a lost counter from a value the client read before sending it.
+///
+/// X's acquire is held on its way to A and B while C grants; X gives up.
+/// Y then locks on {A, B} (C paused) and gets token y, and stalls past its
+/// lease. B loses its data. X's held acquire lands on B. Z locks on {B, C}
+/// (A paused) and writes to the fenced store; the stalled Y writes after
+/// it. Y's write must be refused: Z's token must be above y. (When the
+/// acquire carried the client's clock reading as the seed of a missing
+/// counter, B's counter came back from before y, Z's token was below y,
+/// and the store took Y's late write over Z's.)
+#[test]
+fn a_late_acquire_after_a_lost_counter_does_not_send_tokens_backwards() {
+    let net = Proxied::start(3);
+    let (a, b, c) = (0, 1, 2);
+    let x = build(
+        net.builder()
+            .instance_timeout(Duration::from_millis(100))
+            .retry_delay(Duration::from_millis(10)),
+    );
+    let store = FencedStore::new();
+    let opts = LockOptions::new()
+        .ttl(Duration::from_secs(1))
+        .auto_extend(false);
+
+    net.set(&[a, b], Fault::DelayOpen(HELD));
+    match x.lock_with("r", opts.wait(Duration::ZERO)) {
+        Err(Error::Unavailable { .. }) | Err(Error::Contended { .. }) => {}
+        other => panic!("X's attempt must fail, its acquire held: {other:?}"),
+    }
+    // Clients built now connect afresh: their traffic passes.
+    let y = build(net.builder().instance_timeout(Duration::from_millis(200)));
+    let z = build(net.builder().instance_timeout(Duration::from_millis(200)));
+
+    net.cluster.stop(&[c]);
+    let y_guard = y
+        .lock_with("r", opts.wait(Duration::ZERO))
+        .expect("Y locks on A and B");
+    y_guard.ensure_held().expect("Y holds the lock");
+    let y_token = y_guard.token().get();
+    net.cluster.cont(&[c]);
+
+    net.cluster.server(b).cmd(&["FLUSHALL"]).unwrap();
+    // X's acquire lands on A and B (with X's clean-up, sent on fresh
+    // connections, already there).
+    wait_landed(&net);
+    // Whatever X's late acquire left on B expires with X's TTL.
+    assert!(eventually(Duration::from_secs(5), || !net
+        .cluster
+        .server(b)
+        .exists(&lock_key("r"))));
+    if let Some(recreated) = counter(net.cluster.server(b), "r") {
+        assert!(
+            recreated > y_token,
+            "the late acquire recreated B's counter at {recreated}, below Y's token {y_token}"
+        );
+    }
+
+    net.cluster.stop(&[a]);
+    let z_guard = z
+        .lock_with("r", opts.wait(Duration::from_secs(5)))
+        .expect("Z locks on B and C");
+    let z_token = z_guard.token().get();
+    net.cluster.cont(&[a]);
+    store
+        .write("r", z_token, "Z")
+        .expect("Z's write is accepted");
+    assert!(!y_guard.is_held(), "Y's lease ran out while it stalled");
+    let stale = store.write("r", y_token, "Y, late");
+    assert!(
+        z_token > y_token && stale.is_err(),
+        "Y's late write with token {y_token} was not refused after Z's ({z_token})"
+    );
+    assert_eq!(store.read("r").map(|(_, v)| v).as_deref(), Some("Z"));
+}
+
+/// The review's second finding: an extension that timed out may still
+/// land after a later one. A guard asks for 600 ms, the request is held,
+/// the call fails; it then asks for 10 s and gets it. The held 600 ms
+/// extension lands: it must not cut the keys short while the guard
+/// believes it holds the lock for seconds more. A rival is refused.
+#[test]
+fn a_late_shorter_extension_does_not_cut_a_longer_lease() {
+    let net = Proxied::start(3);
+    let holder = build(net.builder().instance_timeout(Duration::from_millis(100)));
+    let guard = holder
+        .lock_with(
+            "lease",
+            LockOptions::new()
+                .ttl(Duration::from_secs(3))
+                .auto_extend(false)
+                .wait(Duration::ZERO),
+        )
+        .expect("locks");
+
+    net.set(&[0, 1, 2], Fault::DelayOpen(Duration::from_secs(1)));
+    assert!(
+        guard.extend(Duration::from_millis(600)).is_err(),
+        "the held extension cannot be confirmed in time"
+    );
+    guard
+        .extend(Duration::from_secs(10))
+        .expect("the next extension gets through on fresh connections");
+    assert!(guard.validity() > Duration::from_secs(8));
+    // Connects afresh: its traffic passes.
+    let rival = build(net.builder());
+
+    wait_landed(&net);
+    for server in net.cluster.iter() {
+        let pttl = server.pttl(&lock_key("lease"));
+        assert!(
+            pttl > 8_000,
+            "the late 600 ms extension cut the lease to {pttl} ms"
+        );
+    }
+    assert!(guard.is_held());
+    match rival.try_lock("lease") {
+        Err(Error::Contended { .. }) => {}
+        other => panic!("a rival got the lock the guard still holds: {other:?}"),
+    }
+    guard.release().expect("released");
+}
+
+/// The review's third finding: a failed attempt's clean-up can reach an
+/// instance before the attempt's own acquire, which then lands and would
+/// leave a lock nobody owns for the whole TTL. The clean-up voids the
+/// acquire instead: once everything has landed, no instance holds a key and
+/// the next client locks at once.
+#[test]
+fn a_clean_up_that_overtakes_its_acquire_leaves_no_orphan_lock() {
+    let net = Proxied::start(3);
+    let failing = build(net.builder().instance_timeout(Duration::from_millis(100)));
+
+    net.set(&[0, 1, 2], Fault::DelayOpen(Duration::from_secs(1)));
+    match failing.lock_with(
+        "orphan",
+        LockOptions::new()
+            .ttl(Duration::from_secs(30))
+            .wait(Duration::ZERO),
+    ) {
+        Err(Error::Unavailable { .. }) => {}
+        other => panic!("the attempt must fail, its acquire held: {other:?}"),
+    }
+    // Connects afresh: its traffic passes.
+    let next = build(net.builder());
+    // Clean-up first, on fresh connections, then the held acquire.
+    wait_landed(&net);
+    for server in net.cluster.iter() {
+        assert!(
+            !server.exists(&lock_key("orphan")),
+            "the late acquire left a lock nobody owns on {}",
+            server.addr()
+        );
+    }
+    let guard = next
+        .try_lock("orphan")
+        .expect("nothing holds the resource: the next client locks at once");
+    guard.release().unwrap();
+}
+
+/// An acquire the server applied but whose reply was lost is sent again.
+/// The second run finds the lock holding its own value: it is a grant (the
+/// same tokens, counters not bumped twice), not "held by someone else",
+/// so the client counts it and its clean-up does not skip it.
+#[test]
+fn an_acquire_applied_twice_is_granted_twice_with_the_same_tokens() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let acquire = redis::Script::new(include_str!("../lua/acquire.lua"));
+    let run = |conn: &mut redis::Connection, value: &str| -> Vec<u64> {
+        acquire
+            .key(lock_key("twice"))
+            .key(fence_key("twice"))
+            .key(format!("redfence:void:{{twice}}:{value}"))
+            .arg(value)
+            .arg(30_000)
+            .arg(60_000)
+            .arg(0)
+            .invoke(conn)
+            .unwrap()
+    };
+    let first = run(&mut conn, "ours");
+    assert_eq!(first[0], 1, "granted");
+    let again = run(&mut conn, "ours");
+    assert_eq!(again, first, "a resend is the same grant");
+    assert_eq!(counter(&server, "twice"), Some(first[1]));
+    let other = run(&mut conn, "theirs");
+    assert_eq!(other, [0], "another value is refused");
+}
+
+/// The review's fourth finding: an instance restarted from an RDB
+/// snapshot (Redis's default persistence) comes back with an older
+/// counter, not a missing one. Here every instance does, as after a power
+/// cut: the next grant must still be above every token handed out before.
+#[test]
+fn counters_restored_from_older_snapshots_do_not_repeat_tokens() {
+    let net = Proxied::start(3);
+    let locks = build(net.builder().instance_timeout(Duration::from_millis(300)));
+    let opts = LockOptions::new().auto_extend(false);
+    let mut token = || {
+        let guard = locks
+            .lock_with("snap", opts.wait(Duration::from_secs(5)))
+            .expect("locks");
+        let token = guard.token().get();
+        guard.release().expect("released");
+        token
+    };
+    let mut tokens = vec![token()];
+    // Taken once every instance has the release too: a snapshot with the
+    // lock in it would bring the lock back as well.
+    assert!(eventually(Duration::from_secs(5), || net
+        .cluster
+        .iter()
+        .all(|s| !s.exists(&lock_key("snap")))));
+    for server in net.cluster.iter() {
+        server.cmd(&["SAVE"]).unwrap();
+    }
+    for _ in 0..3 {
+        tokens.push(token());
+    }
+    for server in net.cluster.iter() {
+        server.kill();
+        server.restart();
+        assert!(
+            counter(server, "snap").is_some_and(|t| t < tokens[3]),
+            "the restart brought back the older counter"
+        );
+    }
+    tokens.push(token());
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens repeat or go back after the restore: {tokens:?}"
+    );
+}
