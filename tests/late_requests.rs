@@ -228,25 +228,12 @@ fn a_clean_up_that_overtakes_its_acquire_leaves_no_orphan_lock() {
 fn an_acquire_applied_twice_is_granted_twice_with_the_same_tokens() {
     let server = RedisServer::start();
     let mut conn = server.connection();
-    let acquire = redis::Script::new(include_str!("../lua/acquire.lua"));
-    let run = |conn: &mut redis::Connection, value: &str| -> Vec<u64> {
-        acquire
-            .key(lock_key("twice"))
-            .key(fence_key("twice"))
-            .key(format!("redfence:void:{{twice}}:{value}"))
-            .arg(value)
-            .arg(30_000)
-            .arg(60_000)
-            .arg(0)
-            .invoke(conn)
-            .unwrap()
-    };
-    let first = run(&mut conn, "ours");
+    let first = acquire_script(&mut conn, &["twice"], "ours", 0);
     assert_eq!(first[0], 1, "granted");
-    let again = run(&mut conn, "ours");
+    let again = acquire_script(&mut conn, &["twice"], "ours", 0);
     assert_eq!(again, first, "a resend is the same grant");
     assert_eq!(counter(&server, "twice"), Some(first[1]));
-    let other = run(&mut conn, "theirs");
+    let other = acquire_script(&mut conn, &["twice"], "theirs", 0);
     assert_eq!(other, [0], "another value is refused");
 }
 
@@ -293,4 +280,82 @@ fn counters_restored_from_older_snapshots_do_not_repeat_tokens() {
         tokens.windows(2).all(|w| w[0] < w[1]),
         "tokens repeat or go back after the restore: {tokens:?}"
     );
+}
+
+/// Runs `lua/acquire.lua` directly: `members` resources, one lock value, a
+/// proposal. Returns the reply: `[1, token…]` or `[0]`.
+fn acquire_script(
+    conn: &mut redis::Connection,
+    members: &[&str],
+    value: &str,
+    proposal: u64,
+) -> Vec<u64> {
+    let script = redis::Script::new(include_str!("../lua/acquire.lua"));
+    let mut invocation = script.prepare_invoke();
+    for m in members {
+        invocation.key(lock_key(m)).key(fence_key(m));
+    }
+    invocation
+        .key(format!("redfence:void:{{{}}}:{value}", members[0]))
+        .arg(value)
+        .arg(30_000)
+        .arg(60_000)
+        .arg(proposal)
+        .invoke(conn)
+        .unwrap()
+}
+
+fn server_micros(server: &RedisServer) -> u64 {
+    let mut conn = server.connection();
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
+    secs * 1_000_000 + micros
+}
+
+/// The client's proposal only makes instances agree: one far ahead of an
+/// instance's clock is not taken (tokens would run ahead of every clock,
+/// and a counter lost later would be recreated below them), and one far
+/// behind is not either (a stale proposal would recreate a lost counter
+/// from the past).
+#[test]
+fn a_proposal_outside_the_window_is_not_taken() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let before = server_micros(&server);
+    let ahead = acquire_script(&mut conn, &["far"], "v1", before + 3_600_000_000);
+    let after = server_micros(&server);
+    assert_eq!(ahead[0], 1);
+    assert!(
+        (before..=after + 5_000).contains(&ahead[1]),
+        "a proposal an hour ahead was taken: {} (clock {before}..{after})",
+        ahead[1]
+    );
+    let behind = acquire_script(&mut conn, &["past"], "v2", 1);
+    assert!(
+        behind[1] >= before,
+        "a proposal from the past was taken: {}",
+        behind[1]
+    );
+    // Within the window, it is taken as it is: that is what makes the
+    // granting instances agree. (The script must run within 4.9 ms of the
+    // clock reading; a few tries cover a descheduled test thread.)
+    let taken = (0..5).any(|i| {
+        let proposal = server_micros(&server) + 4_900;
+        let within = acquire_script(&mut conn, &[&format!("near-{i}")], "v3", proposal);
+        within[1] == proposal
+    });
+    assert!(taken, "a proposal within the window was never taken");
+}
+
+/// A set is granted all or none: a member that already holds this
+/// attempt's value next to one that is free is not a resend (a resend
+/// finds every member ours) but a set that lost a member; it is refused,
+/// and the client's clean-up removes what is ours.
+#[test]
+fn a_set_with_only_some_members_ours_is_refused() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    server.cmd(&["SET", &lock_key("m1"), "ours"]).unwrap();
+    let reply = acquire_script(&mut conn, &["m1", "m2"], "ours", 0);
+    assert_eq!(reply, [0], "a set granted with a member it did not take");
+    assert!(!server.exists(&lock_key("m2")));
 }

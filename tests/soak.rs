@@ -1,7 +1,8 @@
 //! A long randomised run: several clients contend for a few resources
 //! through a fenced store while a fault thread keeps breaking a minority of
 //! the five instances (SIGSTOP, latency, jitter, partitions, resets, lost
-//! replies, crashes restarted after the TTL).
+//! replies, requests held for seconds and landing after later ones,
+//! crashes restarted after the TTL).
 //!
 //! ```text
 //! cargo test --features testing --release --test soak -- --ignored --nocapture
@@ -195,7 +196,7 @@ fn inject_faults(env: &Proxied, stop: &AtomicBool, seed: u64) -> HashMap<&'stati
     while !stop.load(Ordering::SeqCst) {
         let k = 1 + rng.below(((n - 1) / 2) as u64) as usize;
         let victims = rng.pick(n, k);
-        let kind = match rng.below(7) {
+        let kind = match rng.below(8) {
             0 => {
                 env.cluster.stop(&victims);
                 "stop"
@@ -225,6 +226,17 @@ fn inject_faults(env: &Proxied, stop: &AtomicBool, seed: u64) -> HashMap<&'stati
             5 => {
                 env.set(&victims, Fault::DropReplies);
                 "drop-replies"
+            }
+            6 => {
+                // What was in flight lands seconds later, after what the
+                // clients sent since on fresh connections; often cut
+                // short by a reset that follows.
+                env.set(&victims, Fault::DelayOpen(rng.millis(1000, 3000)));
+                if rng.chance(50) {
+                    std::thread::sleep(rng.millis(50, 150));
+                    env.set(&victims, Fault::Reset);
+                }
+                "late"
             }
             _ => {
                 // Down for longer than any lease: the delayed restart that
