@@ -35,23 +35,26 @@
 //!
 //! ## How it works
 //!
-//! Each lock call sends `SET NX PX` and the bump of the resource's fencing
-//! counter (a pipeline of native commands) to every instance at once,
-//! through one long-lived worker thread per instance, and returns as soon as
-//! the outcome is decided: a quorum of N/2 + 1 granted, or too many refused
-//! or failed.
-//! The lock is valid for `ttl − elapsed − drift`, drift being
+//! Each lock call sends one script to every instance at once, through one
+//! long-lived worker thread per instance: it sets the lock (`NX`, with the
+//! TTL) and gives the resource its next fencing token, computed there from
+//! the instance's counter and clock. The call returns as soon as the
+//! outcome is decided: a quorum of N/2 + 1 granted, or too many refused or
+//! failed. The lock is valid for `ttl − elapsed − drift`, drift being
 //! `ttl × 0.01 + 2 ms`. A failed attempt releases on every instance and
-//! retries after a random pause until the wait budget ends.
+//! retries after a random pause, or when the holder's release is announced,
+//! until the wait budget ends.
 //!
-//! The fencing token is the highest counter among the granting instances.
-//! If their counters disagree, a second round raises the counter to at least
-//! the token on a quorum before the grant stands, so the next grant, whose
-//! quorum overlaps this one, counts above it. A counter that is missing
-//! (new resource, instance restarted without its data, idle expiry) starts
-//! from the instances' clock in microseconds, as the client read it (the
-//! same seed for every instance, so a new resource's counters agree and
-//! skip the raise round).
+//! The fencing token is the highest answer among the granting instances.
+//! If they disagree, a second round raises the counter to at least the
+//! token on a quorum before the grant stands, so the next grant, whose
+//! quorum overlaps this one, counts above it. Every token is at least the
+//! instance's clock in microseconds, so a counter that was lost or came
+//! back older (a restart, a snapshot, a promoted replica) cannot repeat one.
+//! Any request may land late, twice or never; nothing it carries can create
+//! or lower a counter, an extension never shortens a lease, and a clean-up
+//! that overtakes its acquire voids it. `docs/protocol.md` has the
+//! argument, `tests/model_fencing.rs` the model check.
 //!
 //! [`Redlock::lock_all`] holds several resources together, all or nothing,
 //! with a token per resource; no call ever holds part of a set, so
@@ -96,8 +99,10 @@
 //!
 //! With the default prefix `redfence:`, resource `R` uses, on each instance,
 //! `redfence:lock:{R}` (the lock: a random value with the lease's TTL),
-//! `redfence:fence:{R}` (the fencing counter; expires after 24 h unused) and
-//! the pub/sub channel `redfence:released:{R}`.
+//! `redfence:fence:{R}` (the fencing counter; expires after 24 h unused),
+//! the pub/sub channel `redfence:released:{R}`, and, for a failed attempt
+//! with value `V` whose clean-up arrived before its acquire,
+//! `redfence:void:{R}:V` (expires with the TTL).
 //!
 //! ## Observability
 //!
