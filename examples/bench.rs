@@ -31,11 +31,9 @@
 //!    waits for all five replies, where a Redlock client may go on with a
 //!    quorum of three, so a client can come in under it.
 //!    **1b. Raw redfence commands** — the same, but with what redfence
-//!    sends per lock + release: the native acquire pipeline (`SET fence S
-//!    NX PX idle`, `SET lock v NX PX ttl GET`, `INCR fence`, `PEXPIRE fence
-//!    idle`), then its release script by `EVALSHA` (GET + DEL) followed by a
-//!    native `PUBLISH`: what these commands cost the servers, without any
-//!    of the client's threads.
+//!    sends per lock + release: its acquire script by `EVALSHA`, then its
+//!    release script by `EVALSHA` followed by a native `PUBLISH`: what
+//!    these commands cost the servers, without any of the client's threads.
 //! 2. **redfence, one thread** — `lock_with(name, auto_extend(false))` then
 //!    `release()` of distinct resources, the latency of the pair.
 //! 3. **Throughput** — 1, 4 and 16 threads doing the same lock + release of
@@ -68,14 +66,13 @@
 //!    rslock and redlock-rs, and draws the latency chart.
 //!
 //! The notes give the share of grants that needed a **raise round** (their
-//! instances' counters disagreed). It is counted with `INFO commandstats`:
-//! a holder's release sends `EVALSHA` (the release script) and `PUBLISH`
-//! together, a raise round sends `EVALSHA` (the raise script) alone, and
-//! the acquire sends no script, so per instance `EVALSHA − PUBLISH` is the
-//! raise rounds that reached it; the busiest instance's count is the
-//! number of rounds. (The acquire's own `PEXPIRE` no longer tells them
-//! apart.) A failed attempt's clean-up would count too; the counted runs
-//! have none (errors 0).
+//! instances' answers disagreed). It is counted with `INFO commandstats`:
+//! a lock + release sends `EVALSHA` (the acquire script) once, and
+//! `EVALSHA` (the release script) with a `PUBLISH`, to every instance; a
+//! raise round sends `EVALSHA` (the raise script) alone. So per instance
+//! `EVALSHA − 2 × PUBLISH` is the raise rounds that reached it; the
+//! busiest instance's count is the number of rounds. A failed attempt
+//! would count too; the counted runs have none (errors 0).
 //!
 //! The latency table gives two CPU columns, each a run's CPU time divided
 //! by its successful ops:
@@ -165,24 +162,22 @@ fn p50_p99_vs(sample: &Sample, reference: &Sample, what: &str) -> String {
     )
 }
 
-/// Raise rounds run so far, as `INFO commandstats` counts them. Only two
-/// things send EVALSHA on a lock + release of a fresh resource: the release
-/// (its compare-and-delete script, always followed by a native `PUBLISH` in
-/// the same request, on every instance the release reaches) and the raise
-/// round (its script alone). The acquire is native, and the PEXPIRE it
-/// sends can no longer tell a raise apart. So on each instance,
-/// EVALSHA − PUBLISH is the number of raise rounds that reached it, and the
-/// busiest instance's count is the number of rounds. Scenario 1b's raw
-/// requests send both too and cancel out; a failed attempt's clean-up (a
-/// release script without `PUBLISH`) would count as a round, but the runs
-/// counted here have no failed attempts (their errors column is 0).
+/// Raise rounds run so far, as `INFO commandstats` counts them. A lock +
+/// release of a fresh resource sends, to every instance, the acquire script
+/// and the release script (always followed by a native `PUBLISH` in the
+/// same request); a raise round sends its script alone. So on each
+/// instance, EVALSHA − 2 × PUBLISH is the number of raise rounds that
+/// reached it, and the busiest instance's count is the number of rounds.
+/// Scenario 1b's raw requests send the same and cancel out; a failed
+/// attempt would count, but the runs counted here have none (their errors
+/// column is 0).
 fn raise_rounds(cluster: &RedisCluster) -> u64 {
     cluster
         .iter()
         .map(|s| {
             let stats = s.commandstats();
             let count = |name: &str| stats.get(name).copied().unwrap_or(0);
-            count("evalsha").saturating_sub(count("publish"))
+            count("evalsha").saturating_sub(2 * count("publish"))
         })
         .max()
         .unwrap_or(0)
@@ -229,22 +224,24 @@ fn network_rows(settings: &Settings, cluster: &RedisCluster, delay: Duration) ->
     ]
 }
 
-/// Scenario 1b: what redfence sends for one lock + release (the native
-/// acquire pipeline `SET fence NX PX`, `SET lock NX PX GET`, `INCR`,
-/// `PEXPIRE`, then the release script by EVALSHA and its native `PUBLISH`),
-/// written to five plain connections from one thread, pipelined across
-/// instances.
+/// Scenario 1b: what redfence sends for one lock + release (the acquire
+/// script by EVALSHA, then the release script by EVALSHA and its native
+/// `PUBLISH`), written to five plain connections from one thread, pipelined
+/// across instances.
 /// The gap between this and scenario 2 is the client's own cost; the gap
 /// between this and scenario 1 is what fencing and compare-and-delete cost.
 fn raw_scripts_baseline(cluster: &RedisCluster, ops: usize) -> Sample {
+    let acquire = redis::Script::new(include_str!("../lua/acquire.lua"));
     let release = redis::Script::new(include_str!("../lua/release.lua"));
     let mut conns: Vec<redis::Connection> = cluster.iter().map(|s| s.connection()).collect();
     for conn in &mut conns {
-        let _: () = release
-            .prepare_invoke()
-            .load(conn)
-            .map(drop)
-            .expect("load release");
+        for script in [&acquire, &release] {
+            let _: () = script
+                .prepare_invoke()
+                .load(conn)
+                .map(drop)
+                .expect("load a script");
+        }
     }
     let value = uuid_like();
     let mut latencies = Vec::with_capacity(ops);
@@ -252,42 +249,37 @@ fn raw_scripts_baseline(cluster: &RedisCluster, ops: usize) -> Sample {
     let start = Instant::now();
     for _ in 0..ops {
         let name = next_resource("rawlua");
-        let (lock, fence) = (
+        let (lock, fence, void) = (
             format!("raw:lock:{{{name}}}"),
             format!("raw:fence:{{{name}}}"),
+            format!("raw:void:{{{name}}}:{value}"),
         );
         let t0 = Instant::now();
         let acq = redis::pipe()
-            .cmd("SET")
-            .arg(&fence)
-            .arg(1_700_000_000_000_000u64)
-            .arg("NX")
-            .arg("PX")
-            .arg(60_000)
-            .cmd("SET")
+            .cmd("EVALSHA")
+            .arg(acquire.get_hash())
+            .arg(3)
             .arg(&lock)
+            .arg(&fence)
+            .arg(&void)
             .arg(&value)
-            .arg("NX")
-            .arg("PX")
             .arg(30_000)
-            .arg("GET")
-            .cmd("INCR")
-            .arg(&fence)
-            .cmd("PEXPIRE")
-            .arg(&fence)
             .arg(60_000)
+            .arg(0)
             .get_packed_pipeline();
         let rel = redis::pipe()
             .cmd("EVALSHA")
             .arg(release.get_hash())
-            .arg(1)
+            .arg(2)
             .arg(&lock)
+            .arg(&void)
             .arg(&value)
+            .arg(30_000)
             .cmd("PUBLISH")
             .arg("raw:released")
             .arg("1")
             .get_packed_pipeline();
-        errors += send_pipelines_to_all(&mut conns, [(&acq, 4), (&rel, 2)]);
+        errors += send_pipelines_to_all(&mut conns, [(&acq, 1), (&rel, 2)]);
         latencies.push(t0.elapsed());
     }
     Sample::new(latencies, start.elapsed(), errors)
