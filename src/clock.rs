@@ -7,10 +7,11 @@
 //! buys is agreement. Instances take the proposal when it lies within
 //! [`PROPOSAL_WINDOW_MICROS`](crate::scripts::PROPOSAL_WINDOW_MICROS) ahead of their clock, so the tokens of the
 //! granting instances agree and the raise round is skipped. The proposal is
-//! the latest instance clock the client knows plus half that window: each
+//! the latest instance clock the client knows plus a lead of 3 ms: each
 //! worker reads its instance's `TIME` when it connects, and again every
-//! [`REFRESH`] while it has work, and carries the reading forward on the
-//! client's monotonic clock. A reading that is wrong (a stale one, a host
+//! [`REFRESH`] while it has work (with its next batch, while the last
+//! reading took long), and carries the reading forward on the client's
+//! monotonic clock. A reading that is wrong (a stale one, a host
 //! suspend, an instance clock stepped) only costs raise rounds until the
 //! next refresh.
 
@@ -31,31 +32,48 @@ static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
 
 const UNKNOWN: i64 = i64::MIN;
 
+/// A reading whose round trip took longer than this is rough: the worker
+/// reads the clock again with its next batch.
+const ROUGH_ROUND_TRIP: Duration = Duration::from_millis(1);
+
 /// One instance's clock: its `TIME` minus the client's monotonic clock, in
-/// microseconds.
+/// microseconds, and the round trip of the reading it came from.
 pub(crate) struct InstanceClock {
     offset: AtomicI64,
+    round_trip_micros: AtomicI64,
 }
 
 impl Default for InstanceClock {
     fn default() -> Self {
         InstanceClock {
             offset: AtomicI64::new(UNKNOWN),
+            round_trip_micros: AtomicI64::new(i64::MAX),
         }
     }
 }
 
 impl InstanceClock {
-    /// Records a `TIME` reply to a request sent at `sent`. The reply was
-    /// produced after `sent`, so the estimate errs late, by at most the
-    /// round trip.
-    pub fn record(&self, reply: &Value, sent: Instant) -> bool {
+    /// Records a `TIME` reply to a request sent at `sent` and answered at
+    /// `received`. The instance read its clock somewhere in between: the
+    /// middle is off by at most half the round trip, either way.
+    pub fn record(&self, reply: &Value, sent: Instant, received: Instant) -> bool {
         let Some(micros) = time_micros(reply) else {
             return false;
         };
-        let offset = i64::try_from(micros).unwrap_or(i64::MAX) - monotonic_micros(sent);
+        let round_trip = received.saturating_duration_since(sent);
+        let middle = sent + round_trip / 2;
+        let offset = i64::try_from(micros).unwrap_or(i64::MAX) - monotonic_micros(middle);
+        let round_trip = i64::try_from(round_trip.as_micros()).unwrap_or(i64::MAX);
         self.offset.store(offset, Ordering::Relaxed);
+        self.round_trip_micros.store(round_trip, Ordering::Relaxed);
         true
+    }
+
+    /// True when the last reading's round trip was long (or there is none):
+    /// worth reading again soon.
+    pub fn is_rough(&self) -> bool {
+        let round_trip = self.round_trip_micros.load(Ordering::Relaxed);
+        round_trip > i64::try_from(ROUGH_ROUND_TRIP.as_micros()).unwrap_or(i64::MAX)
     }
 
     /// The instance's clock now, in microseconds since 1970, if read.
@@ -118,7 +136,8 @@ mod tests {
         assert_eq!(clock.now_micros(), None);
         assert_eq!(proposal([&clock].into_iter()), 0);
         let sent = Instant::now();
-        assert!(clock.record(&time(1_700_000_000, 250_000), sent));
+        assert!(clock.record(&time(1_700_000_000, 250_000), sent, sent));
+        assert!(!clock.is_rough());
         let first = clock.now_micros().expect("recorded");
         assert!(first >= 1_700_000_000_250_000);
         std::thread::sleep(Duration::from_millis(5));
@@ -130,8 +149,8 @@ mod tests {
     fn the_proposal_is_the_latest_clock_plus_the_lead() {
         let (slow, fast) = (InstanceClock::default(), InstanceClock::default());
         let sent = Instant::now();
-        slow.record(&time(1_000_000, 0), sent);
-        fast.record(&time(2_000_000, 0), sent);
+        slow.record(&time(1_000_000, 0), sent, sent);
+        fast.record(&time(2_000_000, 0), sent, sent);
         let p = proposal([&slow, &fast, &InstanceClock::default()].into_iter());
         let lead = PROPOSAL_LEAD_MICROS;
         assert!(
@@ -143,11 +162,14 @@ mod tests {
     #[test]
     fn malformed_replies_are_not_recorded() {
         let clock = InstanceClock::default();
-        assert!(!clock.record(&Value::Nil, Instant::now()));
+        let now = Instant::now();
+        assert!(!clock.record(&Value::Nil, now, now));
         assert!(!clock.record(
             &Value::Array(vec![Value::BulkString(b"x".to_vec())]),
-            Instant::now()
+            now,
+            now
         ));
+        assert!(clock.is_rough(), "no reading yet");
         assert_eq!(clock.now_micros(), None);
     }
 }

@@ -109,11 +109,12 @@ impl Manager {
             clock_read: Instant::now(),
         };
         load_scripts(&mut conn)?;
-        // No connection is used before its instance's clock is known: the
-        // seed of new fencing counters comes from it.
+        // The instance's clock, for the proposal of new tokens (see
+        // clock.rs): a connection whose clock is not known would only make
+        // the instances' answers disagree.
         let sent = Instant::now();
         let time: Value = redis::cmd("TIME").query(&mut conn.inner)?;
-        if !self.clock.record(&time, sent) {
+        if !self.clock.record(&time, sent, Instant::now()) {
             return Err(RedisError::from((
                 ErrorKind::Client,
                 "unexpected reply to TIME",

@@ -290,9 +290,9 @@ impl Worker {
     /// first I/O error or timeout fails the rest of the batch at once and
     /// retires the connection.
     /// It also reads the instance's clock again, in the same pipeline, once
-    /// the last reading is older than `clock::REFRESH`.
+    /// the last reading is older than `clock::REFRESH` or was rough.
     fn execute(&self, conn: &mut Conn, batch: &[Request]) -> Vec<Replies> {
-        let refresh = conn.clock_read.elapsed() >= clock::REFRESH;
+        let refresh = conn.clock_read.elapsed() >= clock::REFRESH || self.clock.is_rough();
         let mut bytes =
             Vec::with_capacity(batch.iter().map(|r| r.packed.len()).sum::<usize>() + 16);
         if refresh {
@@ -312,7 +312,7 @@ impl Worker {
         if refresh {
             match conn.inner.recv_response() {
                 Ok(value) => {
-                    if self.clock.record(&value, sent) {
+                    if self.clock.record(&value, sent, Instant::now()) {
                         conn.clock_read = sent;
                     }
                 }
