@@ -32,8 +32,9 @@ static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
 
 const UNKNOWN: i64 = i64::MIN;
 
-/// A reading whose round trip took longer than this is rough: the worker
-/// reads the clock again with its next batch.
+/// A reading whose round trip took longer than this, and twice the
+/// shortest seen, is rough: the worker reads the clock again with its next
+/// batch.
 const ROUGH_ROUND_TRIP: Duration = Duration::from_millis(1);
 
 /// One instance's clock: its `TIME` minus the client's monotonic clock, in
@@ -41,6 +42,7 @@ const ROUGH_ROUND_TRIP: Duration = Duration::from_millis(1);
 pub(crate) struct InstanceClock {
     offset: AtomicI64,
     round_trip_micros: AtomicI64,
+    shortest_round_trip_micros: AtomicI64,
 }
 
 impl Default for InstanceClock {
@@ -48,6 +50,7 @@ impl Default for InstanceClock {
         InstanceClock {
             offset: AtomicI64::new(UNKNOWN),
             round_trip_micros: AtomicI64::new(i64::MAX),
+            shortest_round_trip_micros: AtomicI64::new(i64::MAX),
         }
     }
 }
@@ -66,14 +69,18 @@ impl InstanceClock {
         let round_trip = i64::try_from(round_trip.as_micros()).unwrap_or(i64::MAX);
         self.offset.store(offset, Ordering::Relaxed);
         self.round_trip_micros.store(round_trip, Ordering::Relaxed);
+        self.shortest_round_trip_micros
+            .fetch_min(round_trip, Ordering::Relaxed);
         true
     }
 
-    /// True when the last reading's round trip was long (or there is none):
-    /// worth reading again soon.
+    /// True when the last reading's round trip was long for this instance
+    /// (or there is none): worth reading again soon.
     pub fn is_rough(&self) -> bool {
         let round_trip = self.round_trip_micros.load(Ordering::Relaxed);
-        round_trip > i64::try_from(ROUGH_ROUND_TRIP.as_micros()).unwrap_or(i64::MAX)
+        let shortest = self.shortest_round_trip_micros.load(Ordering::Relaxed);
+        let floor = i64::try_from(ROUGH_ROUND_TRIP.as_micros()).unwrap_or(i64::MAX);
+        round_trip > floor.max(shortest.saturating_mul(2))
     }
 
     /// The instance's clock now, in microseconds since 1970, if read.
@@ -170,6 +177,24 @@ mod tests {
             now
         ));
         assert!(clock.is_rough(), "no reading yet");
+    }
+
+    #[test]
+    fn a_slow_reading_is_rough_for_its_instance_only() {
+        let clock = InstanceClock::default();
+        let sent = Instant::now();
+        let reply = time(1_700_000_000, 0);
+        clock.record(&reply, sent, sent + Duration::from_micros(300));
+        assert!(!clock.is_rough());
+        clock.record(&reply, sent, sent + Duration::from_millis(5));
+        assert!(clock.is_rough(), "5 ms against 0.3 ms");
+        // A far instance: 4 ms is its usual round trip, 6 ms is not rough.
+        let far = InstanceClock::default();
+        far.record(&reply, sent, sent + Duration::from_millis(4));
+        far.record(&reply, sent, sent + Duration::from_millis(6));
+        assert!(!far.is_rough());
+        far.record(&reply, sent, sent + Duration::from_millis(9));
+        assert!(far.is_rough());
         assert_eq!(clock.now_micros(), None);
     }
 }
