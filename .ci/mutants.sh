@@ -223,8 +223,12 @@ m token-is-min src/acquire.rs "fencing" \
   'let Some(token) = counters.clone().min() else {'
 
 m raise-round-skipped src/acquire.rs "fencing" \
-  'if !lagging.is_empty() {' \
-  'if !lagging.is_empty() && lagging.is_empty() {'
+  'if disagree {' \
+  'if disagree && false {'
+
+m set-raise-round-only-for-lagging-members src/acquire.rs "contracts" \
+  '.zip(&tokens)' \
+  '.zip(&tokens).filter(|_| false)'
 
 m no-proposal src/acquire.rs "fencing" \
   'let proposal = instances.clock_proposal();' \

@@ -99,22 +99,30 @@ pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result
     }
 
     let mut tokens = Vec::with_capacity(target.members.len());
-    let mut lagging = Vec::new();
-    for (m, member) in target.members.iter().enumerate() {
+    let mut disagree = false;
+    for m in 0..target.members.len() {
         let counters = tally.yes.iter().filter_map(|(_, c)| c.get(m).copied());
         let Some(token) = counters.clone().max() else {
             release_all(&|_| false);
             return Err(Failure::from(unavailable(0, Vec::new())));
         };
-        if counters.clone().count() != tally.yes.len() || counters.into_iter().any(|c| c != token) {
-            lagging.push((&member.keys, token));
-        }
+        disagree |=
+            counters.clone().count() != tally.yes.len() || counters.into_iter().any(|c| c != token);
         tokens.push(FencingToken::new(token));
     }
-    if !lagging.is_empty() {
-        // The granting counters of these members disagree: make a quorum
-        // hold at least each token before handing it out, so the next
-        // grant's quorum, which overlaps this one, counts above it.
+    if disagree {
+        // The granting answers disagree: make a quorum hold at least each
+        // token before handing it out, so the next grant's quorum, which
+        // overlaps this one, counts above it. Every member of a set goes in
+        // the round, not only those that disagree: an instance counts only
+        // if it still holds the whole set, or the round could stand on
+        // instances that lost a member since the vote.
+        let lagging: Vec<(&Keys, u64)> = target
+            .members
+            .iter()
+            .zip(&tokens)
+            .map(|(member, token)| (&member.keys, token.get()))
+            .collect();
         let cmd = pack_raise(&lagging, &value, cfg.fence_idle);
         let deadline = shared.round_deadline();
         let raised = instances
@@ -147,7 +155,7 @@ pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result
     }
 }
 
-/// One raise script per lagging member, in one request.
+/// One raise script per member, in one request.
 fn pack_raise(lagging: &[(&Keys, u64)], value: &str, idle: Duration) -> Arc<[u8]> {
     let idle_ms = idle.as_millis().to_string();
     let mut bytes = Vec::new();

@@ -246,7 +246,7 @@ fn counters_restored_from_older_snapshots_do_not_repeat_tokens() {
     let net = Proxied::start(3);
     let locks = build(net.builder().instance_timeout(Duration::from_millis(300)));
     let opts = LockOptions::new().auto_extend(false);
-    let mut token = || {
+    let token = || {
         let guard = locks
             .lock_with("snap", opts.wait(Duration::from_secs(5)))
             .expect("locks");
