@@ -1,0 +1,215 @@
+//! The `reason` label of `redfence_lease_lost_total` (README
+//! "Observability", Metrics: "`redfence_lease_lost_total` | counter |
+//! `reason`: `expired`, `not_held`, `extension_failed`, `extension_limit` |
+//! leases lost while held"), one test per reason, each creating that loss
+//! for real and checking that exactly one loss was counted, under that
+//! label and no other; and that a release is never counted as a loss.
+//!
+//! Observed as an application observes it: metrics-util's debugging
+//! recorder, installed process-wide (the watchdog records from its own
+//! thread), so the tests take turns.
+//!
+//! Needs the `metrics` feature:
+//! `cargo test --features metrics --test telemetry_contracts`
+//! (without it the file is empty).
+#![cfg(feature = "metrics")]
+
+mod common;
+
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use common::{builder, eventually, holders, lock_key};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use redfence::testing::RedisCluster;
+use redfence::{Error, LockOptions, LossReason, Redlock};
+
+const LOST: &str = "redfence_lease_lost_total";
+const REASONS: [&str; 4] = ["expired", "not_held", "extension_failed", "extension_limit"];
+
+static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
+
+/// The recorder is global: the tests take turns, and each one looks only
+/// at what was counted during its turn.
+fn turn() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    SNAPSHOTTER.get_or_init(|| {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder
+            .install()
+            .expect("no other recorder in this binary");
+        snapshotter
+    });
+    let guard = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    lost_counts();
+    guard
+}
+
+/// Increases of `redfence_lease_lost_total` since the last look, by
+/// `reason` label (the debugging recorder resets counters when read).
+fn lost_counts() -> Vec<(String, u64)> {
+    let snapshotter = SNAPSHOTTER.get().expect("recorder installed");
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, _, _, _)| key.key().name() == LOST)
+        .filter_map(|(key, _, _, value)| {
+            let reason = key
+                .key()
+                .labels()
+                .find(|l| l.key() == "reason")
+                .map(|l| l.value().to_string())
+                .unwrap_or_default();
+            match value {
+                DebugValue::Counter(n) if n > 0 => Some((reason, n)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Exactly one loss counted since the turn began, under `reason`.
+fn assert_one_loss(reason: &str) {
+    let counts = lost_counts();
+    assert_eq!(
+        counts,
+        vec![(reason.to_string(), 1)],
+        "expected one {LOST}{{reason=\"{reason}\"}} and nothing else"
+    );
+    assert!(REASONS.contains(&reason));
+}
+
+fn client(
+    cluster: &RedisCluster,
+    configure: impl FnOnce(redfence::RedlockBuilder) -> redfence::RedlockBuilder,
+) -> Redlock {
+    let locks = configure(builder(cluster).instance_timeout(Duration::from_millis(300)))
+        .build()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || locks
+        .ping()
+        .iter()
+        .all(|(_, r)| r.is_ok())));
+    locks
+}
+
+/// A lease without auto-extension runs out: `reason="expired"`.
+/// Bug seen to fail it: `LossReason::Expired` labelled `not_held`.
+#[test]
+fn an_expired_lease_is_counted_as_expired() {
+    let _turn = turn();
+    let cluster = RedisCluster::start(3);
+    let locks = client(&cluster, |b| b);
+    let opts = LockOptions::new()
+        .ttl(Duration::from_secs(1))
+        .auto_extend(false);
+    let guard = locks.lock_with("tc-expired", opts).unwrap();
+    assert_eq!(
+        guard.wait_lost(Duration::from_secs(3)),
+        Some(LossReason::Expired)
+    );
+    // Releasing the lost guard reports the loss again, but counts nothing.
+    assert!(matches!(guard.release(), Err(Error::Lost { .. })));
+    assert_one_loss("expired");
+}
+
+/// The lease's keys are deleted on a majority behind our back; the next
+/// extension finds them gone: `reason="not_held"`.
+/// Bug seen to fail it: `LossReason::NotHeld` labelled `expired`.
+#[test]
+fn a_lease_taken_away_is_counted_as_not_held() {
+    let _turn = turn();
+    let cluster = RedisCluster::start(3);
+    let locks = client(&cluster, |b| b);
+    let opts = LockOptions::new()
+        .ttl(Duration::from_secs(10))
+        .auto_extend(false);
+    let guard = locks.lock_with("tc-not-held", opts).unwrap();
+    assert!(eventually(Duration::from_secs(2), || holders(
+        &cluster,
+        "tc-not-held"
+    ) == 3));
+    for i in [0, 1] {
+        assert!(cluster.server(i).del(&lock_key("tc-not-held")));
+    }
+    match guard.extend(Duration::from_secs(10)) {
+        Err(Error::Lost {
+            reason: LossReason::NotHeld,
+            ..
+        }) => {}
+        other => panic!("expected Lost(NotHeld), got {other:?}"),
+    }
+    drop(guard);
+    assert_one_loss("not_held");
+}
+
+/// A majority frozen (SIGSTOP): the watchdog's renewal fails and, with no
+/// retry allowed, the lease is given up long before its validity ends:
+/// `reason="extension_failed"`.
+/// Bug seen to fail it: `LossReason::ExtensionFailed` labelled `expired`.
+#[test]
+fn failed_extensions_are_counted_as_extension_failed() {
+    let _turn = turn();
+    let cluster = RedisCluster::start(5);
+    let locks = client(&cluster, |b| b.extend_retries(0));
+    let guard = locks
+        .lock_with(
+            "tc-ext-failed",
+            LockOptions::new().ttl(Duration::from_secs(6)),
+        )
+        .unwrap();
+    assert!(eventually(Duration::from_secs(2), || holders(
+        &cluster,
+        "tc-ext-failed"
+    ) == 5));
+    cluster.stop(&[0, 1, 2]);
+    let reason = guard.wait_lost(Duration::from_secs(8));
+    cluster.cont(&[0, 1, 2]);
+    assert_eq!(reason, Some(LossReason::ExtensionFailed));
+    drop(guard);
+    assert_one_loss("extension_failed");
+}
+
+/// The watchdog may extend a lease once (`max_extensions(Some(1))`); after
+/// that it runs out: `reason="extension_limit"`.
+/// Bug seen to fail it: `LossReason::ExtensionLimit` labelled `expired`.
+#[test]
+fn a_lease_at_its_extension_cap_is_counted_as_extension_limit() {
+    let _turn = turn();
+    let cluster = RedisCluster::start(3);
+    let locks = client(&cluster, |b| b.max_extensions(Some(1)));
+    let guard = locks
+        .lock_with(
+            "tc-ext-limit",
+            LockOptions::new().ttl(Duration::from_millis(1500)),
+        )
+        .unwrap();
+    assert_eq!(
+        guard.wait_lost(Duration::from_secs(5)),
+        Some(LossReason::ExtensionLimit)
+    );
+    drop(guard);
+    assert_one_loss("extension_limit");
+}
+
+/// Releases (explicit, by drop, of a single lock and of a set) are not
+/// losses: nothing is counted under any reason, `released` included.
+/// Bug seen to fail it: a release counted as a loss with `reason="released"`.
+#[test]
+fn releases_are_not_counted_as_losses() {
+    let _turn = turn();
+    let cluster = RedisCluster::start(3);
+    let locks = client(&cluster, |b| b);
+    locks.lock("tc-released").unwrap().release().unwrap();
+    drop(locks.lock("tc-dropped").unwrap());
+    locks
+        .lock_all(&["tc-set:a", "tc-set:b"])
+        .unwrap()
+        .release()
+        .unwrap();
+    // A ping queues behind the dropped guard's release on every instance.
+    assert!(locks.ping().iter().all(|(_, r)| r.is_ok()));
+    assert_eq!(lost_counts(), Vec::<(String, u64)>::new());
+}
