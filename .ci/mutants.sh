@@ -226,10 +226,6 @@ m raise-round-skipped src/acquire.rs "fencing" \
   'if disagree {' \
   'if disagree && false {'
 
-m set-raise-round-only-for-lagging-members src/acquire.rs "contracts" \
-  '.zip(&tokens)' \
-  '.zip(&tokens).filter(|_| false)'
-
 m no-proposal src/acquire.rs "fencing" \
   'let proposal = instances.clock_proposal();' \
   'let proposal = 0u64;'
