@@ -252,6 +252,10 @@ m watchdog-renews-at-expiry src/watchdog.rs "watchdog" \
   '(renewed + st.ttl / 3).min(st.valid_until)' \
   'st.valid_until'
 
+m set-waiter-keeps-a-release-it-cannot-use src/client.rs "contracts" \
+  'watch.pass_on();' \
+  'let _ = &watch;'
+
 m extension-cap-ignored src/watchdog.rs "watchdog" \
   'cfg.max_extensions.is_none_or(|max| extensions < max)' \
   'cfg.max_extensions.is_none_or(|max| extensions < max + 1000)'

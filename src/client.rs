@@ -189,6 +189,8 @@ impl Redlock {
         // Acquisition plus a fence raise round, each bounded by the timeout.
         let latest_start = deadline.checked_sub(shared.cfg.instance_timeout * 2);
         let mut watch: Option<Watch<'_>> = None;
+        // The last wait ended with a release announced for this call.
+        let mut woken = false;
         if options.get_wait() > Duration::ZERO && self.inner.notifier.has_waiters(&channels) {
             // Calls of this client already wait for this lock: queue behind
             // them rather than barge in and split the vote with the one
@@ -196,13 +198,15 @@ impl Redlock {
             let queued = self.inner.notifier.watch(&channels);
             let until =
                 latest_start.map_or(Instant::now(), |t| t.min(Instant::now() + MAX_NOTIFY_WAIT));
-            queued.wait_released(until);
+            woken = queued.wait_released(until);
             watch = Some(queued);
         }
         loop {
             *attempts += 1;
             if let Some(watch) = &watch {
-                watch.clear();
+                // A release announced since the last wait: this attempt
+                // sees it, and passes it on below if it cannot use it.
+                woken |= watch.clear();
             }
             let attempt_start = Instant::now();
             let result = acquire::attempt(shared, &target, options.get_ttl());
@@ -219,7 +223,7 @@ impl Redlock {
                     if let Some(watch) = &watch {
                         // Late copies of the release that woke us (one per
                         // instance) must not be passed on as a new release.
-                        watch.clear();
+                        let _ = watch.clear();
                     }
                     drop(watch);
                     let lease = Arc::new(Lease::new(target, grant, &options));
@@ -249,11 +253,17 @@ impl Redlock {
                     let until = (now + shared.cfg.instance_timeout).min(latest_start);
                     subscribed.wait_subscribed(shared.instances.quorum(), until);
                     watch = Some(subscribed);
+                    woken = false;
                 }
                 Some(watch) if contended && failure.granted == 0 => {
+                    if woken && channels.len() > 1 {
+                        // Woken for one member, refused for another: the
+                        // released one may be free for the next in line.
+                        watch.pass_on();
+                    }
                     // A holder that dies without releasing is not announced:
                     // try again now and then, in case its lease ran out.
-                    watch.wait_released((now + MAX_NOTIFY_WAIT).min(latest_start));
+                    woken = watch.wait_released((now + MAX_NOTIFY_WAIT).min(latest_start));
                 }
                 _ => {
                     // A random pause keeps competing clients from colliding
@@ -269,6 +279,7 @@ impl Redlock {
                     };
                     let pause = retry::pause(window);
                     std::thread::sleep(pause.min(latest_start - now));
+                    woken = false;
                 }
             }
         }

@@ -162,9 +162,31 @@ impl Watch<'_> {
         self.wake.recv_deadline(deadline).is_ok()
     }
 
-    /// Forgets notifications that arrived before now.
-    pub fn clear(&self) {
-        while self.wake.try_recv().is_ok() {}
+    /// Hands a release this call was woken for, and could not use, to the
+    /// next call in line after it on each of its channels (none goes back
+    /// to an earlier one, so a release travels down the line once). A set
+    /// refused for another member's sake leaves the released one free for
+    /// a call that wants only that.
+    pub fn pass_on(&self) {
+        let channels = self.registry.channels.lock();
+        for channel in &self.channels {
+            let Some(waiters) = channels.get(channel) else {
+                continue;
+            };
+            if let Some(next) = waiters.iter().skip_while(|w| w.id != self.id).nth(1) {
+                let _ = next.wake.try_send(());
+            }
+        }
+    }
+
+    /// Forgets notifications that arrived before now; true if there was
+    /// one.
+    pub fn clear(&self) -> bool {
+        let mut any = false;
+        while self.wake.try_recv().is_ok() {
+            any = true;
+        }
+        any
     }
 }
 

@@ -607,6 +607,99 @@ fn a_key_prefix_with_a_brace_is_refused_by_the_builder() {
     guard.release().unwrap();
 }
 
+/// True when this process's thread named `name` is blocked (state `S` in
+/// `/proc`), twice in a row a few milliseconds apart.
+fn thread_sleeps(name: &str) -> bool {
+    let state = || -> Option<char> {
+        for task in std::fs::read_dir("/proc/self/task").ok()? {
+            let path = task.ok()?.path();
+            let comm = std::fs::read_to_string(path.join("comm")).ok()?;
+            if comm.trim_end() == name {
+                let stat = std::fs::read_to_string(path.join("stat")).ok()?;
+                // "pid (comm) S ...": the state follows the last ')'.
+                return stat.rsplit(')').next()?.trim_start().chars().next();
+            }
+        }
+        None
+    };
+    if state() != Some('S') {
+        return false;
+    }
+    std::thread::sleep(Duration::from_millis(5));
+    state() == Some('S')
+}
+
+/// Contract (README and docs/protocol.md: within one client, waiters take
+/// turns and a release wakes the next call in line, not a timer). One call
+/// of a client waits for the set {R, S}, a later one for R alone; another
+/// client holds both. S stays held and R is released: the release wakes
+/// the set's call first (it waited longest), which is refused for S; the
+/// release must then reach the call that wants only R, which locks it at
+/// once, not at the next fallback re-check (250 ms) or retry pause (2 s).
+///
+/// Bug seen to fail it: a woken call that cannot use the release keeping
+/// it (no hand-on to the next in line).
+#[test]
+fn a_release_a_set_cannot_use_goes_to_the_next_waiter() {
+    let cluster = RedisCluster::start(3);
+    let holder = builder(&cluster)
+        .instance_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let waiting = builder(&cluster)
+        .instance_timeout(Duration::from_millis(300))
+        .retry_delay(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    warm(&holder);
+    warm(&waiting);
+    for round in 0..3 {
+        let (r, s_name) = (format!("pass-r-{round}"), format!("pass-s-{round}"));
+        let r_guard = holder.lock(&r).unwrap();
+        let s_guard = holder.lock(&s_name).unwrap();
+        let opts = LockOptions::new().wait(Duration::from_secs(10));
+        std::thread::scope(|s| {
+            let set = s.spawn(|| waiting.lock_all_with(&[r.as_str(), s_name.as_str()], opts));
+            assert!(
+                eventually(Duration::from_secs(5), || subscribers(&cluster, &r) == 3
+                    && subscribers(&cluster, &s_name) == 3),
+                "the set's call never listened"
+            );
+            let single = std::thread::Builder::new()
+                .name("single-waiter".into())
+                .spawn_scoped(s, || {
+                    let guard = waiting
+                        .lock_with(&r, opts)
+                        .expect("the single call locks R");
+                    let got = Instant::now();
+                    guard.release().unwrap();
+                    got
+                })
+                .unwrap();
+            // The single call queues behind the set's (same client, same
+            // channel) and blocks: wait until its thread sleeps.
+            assert!(
+                eventually(Duration::from_secs(5), || thread_sleeps("single-waiter")),
+                "the single call never started waiting"
+            );
+            let released = Instant::now();
+            r_guard.release().unwrap();
+            let got = single.join().unwrap();
+            let took = got.saturating_duration_since(released);
+            assert!(
+                took < Duration::from_millis(150),
+                "round {round}: the call waiting for R alone got it {took:?} after its release"
+            );
+            s_guard.release().unwrap();
+            let set_guard = set
+                .join()
+                .unwrap()
+                .expect("the set's call locks both in the end");
+            set_guard.release().unwrap();
+        });
+    }
+}
+
 // --- 9. Extension units and the clock seed ------------------------------------
 
 /// Contract (rustdoc of `extend`: the lease lives at least `ttl` from the
