@@ -154,6 +154,12 @@ fn a_late_shorter_extension_does_not_cut_a_longer_lease() {
                 .wait(Duration::ZERO),
         )
         .expect("locks");
+    // Every instance has the key before the fault: only the extension is
+    // held, not the acquire.
+    assert!(eventually(Duration::from_secs(5), || net
+        .cluster
+        .iter()
+        .all(|s| s.exists(&lock_key("lease")))));
 
     net.set(&[0, 1, 2], Fault::DelayOpen(Duration::from_secs(1)));
     assert!(
@@ -168,13 +174,17 @@ fn a_late_shorter_extension_does_not_cut_a_longer_lease() {
     let rival = build(net.builder());
 
     wait_landed(&net);
-    for server in net.cluster.iter() {
-        let pttl = server.pttl(&lock_key("lease"));
-        assert!(
-            pttl > 8_000,
-            "the late 600 ms extension cut the lease to {pttl} ms"
-        );
-    }
+    // A quorum holds the 10 s lease (the guard counts on no more; an
+    // instance that missed the extension may hold less).
+    let pttls: Vec<i64> = net
+        .cluster
+        .iter()
+        .map(|s| s.pttl(&lock_key("lease")))
+        .collect();
+    assert!(
+        pttls.iter().filter(|&&p| p > 8_000).count() >= 2,
+        "the late 600 ms extension cut the lease: PTTLs {pttls:?} ms"
+    );
     assert!(guard.is_held());
     match rival.try_lock("lease") {
         Err(Error::Contended { .. }) => {}

@@ -645,7 +645,16 @@ fn server_pid(url: &str, pki: Option<&TestPki>) -> redis::RedisResult<u32> {
         Duration::from_millis(200)
     };
     let mut con = connect(url, pki, timeout)?;
-    let info: String = redis::cmd("INFO").arg("server").query(&mut con)?;
+    // The default sections: `server` for the pid, `persistence` for
+    // `loading` (a server still loading its data answers INFO, and
+    // everything else with LOADING).
+    let info: String = redis::cmd("INFO").query(&mut con)?;
+    if info.lines().any(|l| l.trim() == "loading:1") {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::BusyLoadingError,
+            "still loading its data",
+        )));
+    }
     info.lines()
         .find_map(|l| l.strip_prefix("process_id:"))
         .and_then(|pid| pid.trim().parse().ok())
