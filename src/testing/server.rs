@@ -651,7 +651,7 @@ fn server_pid(url: &str, pki: Option<&TestPki>) -> redis::RedisResult<u32> {
     let info: String = redis::cmd("INFO").query(&mut con)?;
     if info.lines().any(|l| l.trim() == "loading:1") {
         return Err(redis::RedisError::from((
-            redis::ErrorKind::BusyLoadingError,
+            redis::ErrorKind::Client,
             "still loading its data",
         )));
     }
