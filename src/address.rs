@@ -225,7 +225,8 @@ mod tests {
             "valkey://h:1",
             "unix:///tmp/redis.sock",
         ] {
-            url.into_instance().unwrap_or_else(|e| panic!("{url}: {e:?}"));
+            url.into_instance()
+                .unwrap_or_else(|e| panic!("{url}: {e:?}"));
         }
         ("localhost", 6379).into_instance().unwrap();
         String::from("redis://h").into_instance().unwrap();

@@ -327,6 +327,10 @@ impl RedlockBuilder {
             )));
         }
         #[cfg(feature = "tls-rustls")]
+        if let Some(certs) = &self.tls {
+            crate::tls::check_certificates(certs).map_err(Error::invalid_config)?;
+        }
+        #[cfg(feature = "tls-rustls")]
         if self.tls.is_some()
             && !infos
                 .iter()

@@ -903,7 +903,25 @@ fn tls_failures_give_advice_in_flag_terms() {
     );
 
     // Configuration mistakes: 78, naming the flags.
-    let cases: [(&[&str], &str); 4] = [
+    std::fs::write(
+        files.path("broken.key"),
+        "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+    )
+    .unwrap();
+    let broken = files.path("broken.key");
+    let cases: [(&[&str], &str); 7] = [
+        (
+            &["--tls-cert-file", &cert, "--tls-key-file", &broken],
+            "(--tls-cert-file, --tls-key-file) cannot be used",
+        ),
+        (
+            &["--tls-cert-file", &cert, "--tls-key-file", &cert],
+            "the client key (--tls-key-file)",
+        ),
+        (
+            &["--tls-ca-file", &key],
+            "the CA certificate (--tls-ca-file)",
+        ),
         (
             &["--tls-cert-file", &cert],
             "--tls-cert-file needs --tls-key-file",

@@ -99,7 +99,23 @@ pub fn inspect_table() -> String {
 /// A library message in the command line's terms: the flags to use
 /// instead of the builder calls it names.
 pub fn cli_terms(message: &str) -> String {
-    const TERMS: [(&str, &str); 6] = [
+    const TERMS: [(&str, &str); 10] = [
+        (
+            "the client certificate and key given to tls_certificates (client_tls)",
+            "the client certificate and key (--tls-cert-file, --tls-key-file)",
+        ),
+        (
+            "the client certificate given to tls_certificates (client_tls)",
+            "the client certificate (--tls-cert-file)",
+        ),
+        (
+            "the client key given to tls_certificates (client_tls)",
+            "the client key (--tls-key-file)",
+        ),
+        (
+            "the CA certificate given to tls_certificates (root_cert)",
+            "the CA certificate (--tls-ca-file)",
+        ),
         (
             "tls_certificates (root_cert), or install it in the trust store",
             "--tls-ca-file (REDFENCE_TLS_CA_FILE)",
@@ -145,6 +161,9 @@ mod tests {
             client.contains("--tls-cert-file and --tls-key-file"),
             "{client}"
         );
+        let key =
+            cli_terms("the client key given to tls_certificates (client_tls) is not valid PEM");
+        assert_eq!(key, "the client key (--tls-key-file) is not valid PEM");
         let even = cli_terms("use an odd number, or allow_even_instances(true)");
         assert!(even.ends_with("--allow-even-instances"), "{even}");
     }
