@@ -703,10 +703,17 @@ fn servers_come_from_redfence_servers_or_its_alias_redfence_urls() {
         stderr(&out)
     );
 
-    let out = output(redfence(&cluster).args(["ping", "--help"]));
+    // Help names both variables, and never shows their values: URLs carry
+    // passwords.
+    let out = output(
+        redfence(&cluster)
+            .env("REDFENCE_SERVERS", "redis://:hunter2secret@127.0.0.1:1")
+            .args(["ping", "--help"]),
+    );
     let help = stdout(&out);
     assert!(help.contains("REDFENCE_SERVERS"), "{help}");
     assert!(help.contains("REDFENCE_URLS"), "{help}");
+    assert!(!help.contains("hunter2secret"), "{help}");
 }
 
 #[test]

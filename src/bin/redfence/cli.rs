@@ -37,6 +37,8 @@ pub struct Common {
     #[arg(
         long,
         env = SERVERS_ENV,
+        // `--help` would show the variable's value: URLs carry passwords.
+        hide_env_values = true,
         value_delimiter = ',',
         value_name = "URL,...",
         global = true
