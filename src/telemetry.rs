@@ -52,6 +52,12 @@ mod targets {
 /// Each client calls it when it is built; call it yourself if you install
 /// the recorder after building the client. Calling it again is harmless.
 ///
+/// Building a client also registers, at zero, every series whose labels
+/// are known then (each `outcome` and `reason`, each instance's error
+/// kinds and owed releases), so that `increase()` and `rate()` see the
+/// first event of a process. A recorder installed after `build()` gets
+/// them when the next client is built.
+///
 /// ```
 /// # let recorder = metrics::NoopRecorder;
 /// metrics::set_global_recorder(recorder).ok();
