@@ -11,7 +11,8 @@
 //! contended `try_lock`, a grant whose instances' fencing counters disagree
 //! (a raise round), and a lease lost by freezing a majority of instances
 //! (SIGSTOP), whose release is then owed to them. It prints the exposition
-//! text and exits non-zero if a series is missing or implausible.
+//! text and exits non-zero if a series is missing or implausible, or if a
+//! series was not there at 0 as soon as the client was built.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -51,6 +52,16 @@ fn run() -> Result<(), String> {
         .instance_timeout(Duration::from_millis(50))
         .build()
         .map_err(|e| e.to_string())?;
+    // Every series whose labels are known is there from the start, at 0,
+    // so `increase(redfence_lease_lost_total[5m]) > 0` sees the first loss.
+    let at_start = handle.render();
+    for reason in ["expired", "not_held", "extension_failed", "extension_limit"] {
+        let series = format!("redfence_lease_lost_total{{reason=\"{reason}\"}}");
+        let values = series_values(&at_start, &series);
+        if values != [0.0] {
+            return Err(format!("{series} after build(): {values:?}, expected [0]"));
+        }
+    }
     let rival = Redlock::new(cluster.urls()).map_err(|e| e.to_string())?;
 
     // Grants and releases; one lease extended by hand.

@@ -4,7 +4,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisResult};
+use redis::{ConnectionAddr, ConnectionInfo};
+
+use crate::address::sealed::{Invalid, Sealed};
+use crate::address::IntoInstance;
 
 use crate::client::Redlock;
 use crate::clock::InstanceClock;
@@ -21,13 +24,14 @@ use crate::{Error, LockOptions};
 const QUEUE_CAPACITY: usize = 64 * 1024;
 
 impl Redlock {
-    /// Starts configuring a client for these instances (URLs such as
-    /// `"redis://:password@host:6379/0"`, or any other
-    /// [`IntoConnectionInfo`]).
+    /// Starts configuring a client for these instances: URLs such as
+    /// `"redis://:password@host:6379/0"` (`rediss://` for TLS), or
+    /// [`redis::ConnectionInfo`] values; see [`IntoInstance`] for every
+    /// form. The addresses are checked by [`RedlockBuilder::build`].
     pub fn builder<I>(instances: I) -> RedlockBuilder
     where
         I: IntoIterator,
-        I::Item: IntoConnectionInfo,
+        I::Item: IntoInstance,
     {
         RedlockBuilder::new(instances)
     }
@@ -36,7 +40,7 @@ impl Redlock {
     pub fn new<I>(instances: I) -> Result<Redlock, Error>
     where
         I: IntoIterator,
-        I::Item: IntoConnectionInfo,
+        I::Item: IntoInstance,
     {
         Self::builder(instances).build()
     }
@@ -56,7 +60,7 @@ impl Redlock {
 /// ```
 #[must_use = "a builder does nothing until build() is called"]
 pub struct RedlockBuilder {
-    instances: Vec<RedisResult<ConnectionInfo>>,
+    instances: Vec<Result<ConnectionInfo, Invalid>>,
     allow_even: bool,
     config: Config,
     tls: TlsSettings,
@@ -66,13 +70,10 @@ impl RedlockBuilder {
     fn new<I>(instances: I) -> Self
     where
         I: IntoIterator,
-        I::Item: IntoConnectionInfo,
+        I::Item: IntoInstance,
     {
         RedlockBuilder {
-            instances: instances
-                .into_iter()
-                .map(IntoConnectionInfo::into_connection_info)
-                .collect(),
+            instances: instances.into_iter().map(Sealed::into_instance).collect(),
             allow_even: false,
             config: Config::default(),
             tls: TlsSettings::default(),
@@ -138,6 +139,7 @@ impl RedlockBuilder {
     /// # Ok::<(), redfence::Error>(())
     /// ```
     #[cfg(feature = "tls-rustls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
     pub fn tls_certificates(mut self, certificates: redis::TlsCertificates) -> Self {
         self.tls = Some(certificates);
         self
@@ -295,14 +297,11 @@ impl RedlockBuilder {
         let mut infos = Vec::with_capacity(self.instances.len());
         let mut seen = HashSet::new();
         for (index, parsed) in self.instances.iter().enumerate() {
-            let info = parsed.as_ref().map_err(|e| {
-                if is_tls_unsupported(e) {
-                    tls_feature_missing(index)
-                } else {
-                    Error::invalid_config(format!(
-                        "instance #{index} is not a valid Redis address: {e}"
-                    ))
-                }
+            let info = parsed.as_ref().map_err(|e| match e {
+                Invalid::TlsUnsupported => tls_feature_missing(index),
+                Invalid::Bad(reason) => Error::invalid_config(format!(
+                    "instance #{index} is not a valid Redis address: {reason}"
+                )),
             })?;
             if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) && !cfg!(feature = "tls-rustls")
             {
@@ -326,6 +325,10 @@ impl RedlockBuilder {
                 infos.len(),
                 infos.len() - 1
             )));
+        }
+        #[cfg(feature = "tls-rustls")]
+        if let Some(certs) = &self.tls {
+            crate::tls::check_certificates(certs).map_err(Error::invalid_config)?;
         }
         #[cfg(feature = "tls-rustls")]
         if self.tls.is_some()
@@ -384,13 +387,6 @@ impl RedlockBuilder {
         })?;
         Ok(infos)
     }
-}
-
-/// redis-rs refuses to parse a `rediss://` URL when built without TLS.
-fn is_tls_unsupported(err: &redis::RedisError) -> bool {
-    !cfg!(feature = "tls-rustls")
-        && err.kind() == redis::ErrorKind::InvalidClientConfig
-        && err.to_string().contains("TLS")
 }
 
 fn tls_feature_missing(index: usize) -> Error {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use crate::acquire;
-use crate::error::InstanceError;
+use crate::error::{InstanceError, NO_ANSWER};
 use crate::guard::{KeepAlive, LockGuard, MultiGuard};
 use crate::keys::Target;
 use crate::lease::Lease;
@@ -50,10 +50,13 @@ struct Inner {
 /// (in case a notification was missed, e.g. a subscriber reconnecting).
 const MAX_NOTIFY_WAIT: Duration = Duration::from_millis(250);
 
+/// Longest time a ping waits past its deadline for the workers' answers.
+const PING_GRACE: Duration = Duration::from_millis(50);
+
 impl Redlock {
     pub(crate) fn start(shared: Shared, notifier: Notifier) -> Result<Redlock, Error> {
         let shared = Arc::new(shared);
-        telemetry::client_built();
+        telemetry::client_built(shared.instances.names());
         let watchdog = Watchdog::start(Arc::clone(&shared))
             .map_err(|e| Error::invalid_config(format!("cannot start the watchdog thread: {e}")))?;
         Ok(Redlock {
@@ -312,16 +315,17 @@ impl Redlock {
             .instances
             .names()
             .map(|n| {
-                let err = InstanceError::new(
-                    n,
-                    crate::InstanceErrorKind::Timeout,
-                    "no answer within the per-instance timeout",
-                );
+                let err = InstanceError::new(n, crate::InstanceErrorKind::Timeout, NO_ANSWER);
                 (n.to_string(), Err(err))
             })
             .collect();
+        // A worker answers by the deadline (with the reason it could not
+        // send, say a refused connection): a moment more lets that answer
+        // arrive, so an instance is not reported as timed out when the
+        // cause is known.
+        let answers_by = deadline + (shared.cfg.instance_timeout / 2).min(PING_GRACE);
         for _ in 0..out.len() {
-            let Ok((index, result)) = rx.recv_deadline(deadline) else {
+            let Ok((index, result)) = rx.recv_deadline(answers_by) else {
                 break;
             };
             out[index].1 = match result.as_deref() {

@@ -152,41 +152,69 @@ impl r2d2::ManageConnection for Manager {
     }
 }
 
-/// The error for a request that got no connection: the cause of the last
-/// failed attempt when it tells the operator what to fix (credentials,
-/// permissions, certificates), otherwise the pool's own message.
+/// The error for a request that got no connection: why the last attempt
+/// failed (refused, timed out, a refused password or certificate, …), in
+/// the words [`InstanceError::from_redis`] uses for the same failure
+/// anywhere else; or, while the first attempt is still under way, a
+/// timeout.
 pub(crate) fn connect_failure(
     instance: &str,
-    pool_error: &r2d2::Error,
+    _pool_error: &r2d2::Error,
     last_error: &Mutex<Option<RedisError>>,
 ) -> InstanceError {
-    if let Some(cause) = &*last_error.lock() {
-        let err = InstanceError::from_redis(instance, cause);
-        if matches!(err.kind(), InstanceErrorKind::Auth | InstanceErrorKind::Tls) {
-            return err;
+    match &*last_error.lock() {
+        Some(cause) => {
+            let err = InstanceError::from_redis(instance, cause);
+            if err.kind() == InstanceErrorKind::Timeout {
+                // The set-up has its own, longer budget.
+                InstanceError::new(
+                    instance,
+                    InstanceErrorKind::Timeout,
+                    "no connection: the last attempt timed out",
+                )
+            } else {
+                err
+            }
         }
+        None => InstanceError::new(
+            instance,
+            InstanceErrorKind::Timeout,
+            "no connection within the per-instance timeout (still connecting)",
+        ),
     }
-    InstanceError::new(instance, InstanceErrorKind::Connect, pool_error.to_string())
 }
 
-/// How long a request may wait for a connection: `wait`, or nothing when
-/// the last attempt was refused for a reason that does not heal within a
-/// request (credentials, ACL, certificates). The worker then answers at once
-/// with that reason instead of holding later requests (a `ping`, say)
-/// behind a wait that cannot succeed; connecting goes on in the background.
+/// How long a request may wait for a connection.
+///
+/// Nothing when the last attempt was refused: the port is closed, or the
+/// credentials, ACL or certificates are refused. None of that heals within
+/// a request, so the worker answers at once with the reason instead of
+/// holding later requests (a `ping`, say) behind a wait that cannot
+/// succeed, and the caller gets that reason rather than a timeout;
+/// connecting goes on in the background, and the first request after it
+/// succeeds gets the connection.
+///
+/// Otherwise `wait`, less a small margin: a connection attempt that fails
+/// meanwhile does not end the wait, and the answer given when it ends
+/// (the attempt's error) must reach the caller before its own deadline
+/// does, or the caller would report a timeout instead.
 pub(crate) fn connect_wait(wait: Duration, last_error: &Mutex<Option<RedisError>>) -> Duration {
     let refused = last_error.lock().as_ref().is_some_and(|cause| {
         matches!(
             InstanceError::from_redis("", cause).kind(),
-            InstanceErrorKind::Auth | InstanceErrorKind::Tls
+            InstanceErrorKind::Auth | InstanceErrorKind::Tls | InstanceErrorKind::Connect
         )
     });
     if refused {
         Duration::ZERO
     } else {
-        wait
+        wait.saturating_sub((wait / 10).min(ANSWER_MARGIN))
     }
 }
+
+/// Longest part of a connection wait given up so that the answer arrives
+/// before the caller's deadline.
+const ANSWER_MARGIN: Duration = Duration::from_millis(5);
 
 /// Loads every script so EVALSHA finds it; called on connect and whenever
 /// an instance answers NOSCRIPT (restart, SCRIPT FLUSH).

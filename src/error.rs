@@ -45,8 +45,10 @@ pub enum Error {
         ttl: Duration,
     },
     /// The lease is no longer held: it expired, was taken over, or could
-    /// not be extended. Work done under it must stop; a write that carries
-    /// its fencing token will be refused by a fenced store.
+    /// not be extended. Work done under it must stop: a fenced store
+    /// refuses a write carrying its fencing token only once a newer holder
+    /// has reached that store with a higher token (written, or raised the
+    /// fence); until then a late write is still accepted.
     Lost {
         /// The resource whose lease was lost.
         resource: String,
@@ -184,12 +186,20 @@ impl fmt::Display for LossReason {
 }
 
 /// What went wrong on one instance.
+///
+/// The same failure gets the same kind (and the same words in
+/// [`InstanceError::detail`]) whichever call met it: a lock round, a
+/// [`ping`](crate::Redlock::ping), or a tool classifying its own
+/// connections' errors with [`InstanceError::from_redis`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum InstanceErrorKind {
-    /// No reply within the per-instance timeout.
+    /// Timed out: no reply within the per-instance timeout, or no
+    /// connection within the time allowed for setting one up.
     Timeout,
-    /// The connection could not be established.
+    /// The connection could not be established: refused (nothing listens
+    /// at that address, or a firewall rejects it), or the host or network
+    /// is unreachable.
     Connect,
     /// The instance refused our credentials, or its ACL does not allow a
     /// command, key or channel redfence needs (the detail names it).
@@ -200,7 +210,8 @@ pub enum InstanceErrorKind {
     Tls,
     /// A key held a value of another type.
     WrongType,
-    /// The connection failed while a command was under way.
+    /// The connection failed while a command was under way: reset or
+    /// closed by the instance (or something between us).
     Io,
     /// The instance answered with an error.
     Server,
@@ -257,22 +268,39 @@ impl InstanceError {
         }
     }
 
-    pub(crate) fn from_redis(instance: &str, err: &redis::RedisError) -> Self {
+    /// Classifies an error of redis-rs the way redfence classifies the
+    /// errors of its own connections, with the same kind and words: for
+    /// tools that open connections of their own next to a client (the
+    /// `redfence status` command does). `instance` names the instance in
+    /// messages: give a `host:port/db`, never a URL with credentials.
+    ///
+    /// A refused connection is [`Connect`](InstanceErrorKind::Connect)
+    /// ("connection refused"), a reset or closed one
+    /// [`Io`](InstanceErrorKind::Io) ("connection reset by the instance",
+    /// "connection closed by the instance"), a timeout
+    /// [`Timeout`](InstanceErrorKind::Timeout), a failed handshake
+    /// [`Tls`](InstanceErrorKind::Tls) with what to check.
+    pub fn from_redis(instance: &str, err: &redis::RedisError) -> Self {
         use redis::ErrorKind as K;
         #[cfg(feature = "tls-rustls")]
         if let Some(detail) = crate::tls::describe(err) {
             return InstanceError::new(instance, InstanceErrorKind::Tls, detail);
         }
-        let kind = if err.is_timeout() {
-            InstanceErrorKind::Timeout
-        } else if err.kind() == K::AuthenticationFailed
+        if err.kind() == K::AuthenticationFailed
             || err
                 .code()
                 .is_some_and(|c| c == "NOAUTH" || c == "WRONGPASS" || c == "NOPERM")
         {
-            InstanceErrorKind::Auth
-        } else if err.code() == Some("WRONGTYPE") {
-            InstanceErrorKind::WrongType
+            return InstanceError::new(instance, InstanceErrorKind::Auth, err.to_string());
+        }
+        if err.code() == Some("WRONGTYPE") {
+            return InstanceError::new(instance, InstanceErrorKind::WrongType, err.to_string());
+        }
+        if let Some((kind, detail)) = io_error(err).and_then(classify_io) {
+            return InstanceError::new(instance, kind, detail);
+        }
+        let kind = if err.is_timeout() {
+            InstanceErrorKind::Timeout
         } else if err.is_connection_refusal() {
             InstanceErrorKind::Connect
         } else if err.is_io_error() || err.is_connection_dropped() {
@@ -306,3 +334,66 @@ impl fmt::Display for InstanceError {
 }
 
 impl std::error::Error for InstanceError {}
+
+/// What a timeout says, wherever it is met.
+pub(crate) const NO_ANSWER: &str = "no answer within the per-instance timeout";
+
+/// The I/O error under a redis error, if there is one.
+fn io_error(err: &redis::RedisError) -> Option<&std::io::Error> {
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    let inner: &(dyn std::error::Error + 'static) = std::error::Error::source(err)?;
+    match inner.downcast_ref::<Shared>() {
+        Some(shared) => shared.downcast_ref::<std::io::Error>(),
+        None => inner.downcast_ref::<std::io::Error>(),
+    }
+}
+
+/// The kind and words of a network failure; `None` for other I/O errors,
+/// which keep their own message.
+fn classify_io(err: &std::io::Error) -> Option<(InstanceErrorKind, String)> {
+    use std::io::ErrorKind as E;
+    use InstanceErrorKind::{Connect, Io, Timeout};
+    Some(match err.kind() {
+        E::TimedOut | E::WouldBlock => (Timeout, NO_ANSWER.to_string()),
+        E::ConnectionRefused => (Connect, "connection refused".to_string()),
+        E::HostUnreachable => (Connect, "host unreachable".to_string()),
+        E::NetworkUnreachable => (Connect, "network unreachable".to_string()),
+        E::ConnectionReset | E::ConnectionAborted => {
+            (Io, "connection reset by the instance".to_string())
+        }
+        E::BrokenPipe | E::UnexpectedEof | E::NotConnected => {
+            (Io, "connection closed by the instance".to_string())
+        }
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+
+    fn classified(kind: io::ErrorKind) -> InstanceError {
+        let err = redis::RedisError::from(io::Error::from(kind));
+        InstanceError::from_redis("h:1/0", &err)
+    }
+
+    #[test]
+    fn network_failures_are_named_the_same_everywhere() {
+        let refused = classified(io::ErrorKind::ConnectionRefused);
+        assert_eq!(refused.kind(), InstanceErrorKind::Connect);
+        assert_eq!(refused.detail(), "connection refused");
+        let reset = classified(io::ErrorKind::ConnectionReset);
+        assert_eq!(reset.kind(), InstanceErrorKind::Io);
+        assert_eq!(reset.detail(), "connection reset by the instance");
+        let closed = classified(io::ErrorKind::UnexpectedEof);
+        assert_eq!(closed.kind(), InstanceErrorKind::Io);
+        assert_eq!(closed.detail(), "connection closed by the instance");
+        for kind in [io::ErrorKind::TimedOut, io::ErrorKind::WouldBlock] {
+            let timeout = classified(kind);
+            assert_eq!(timeout.kind(), InstanceErrorKind::Timeout);
+            assert_eq!(timeout.detail(), NO_ANSWER);
+        }
+        assert_eq!(refused.to_string(), "h:1/0 (Connect): connection refused");
+    }
+}

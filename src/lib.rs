@@ -122,9 +122,11 @@
 //! [`fenced_set`] for a Redis store and [`sql`] for PostgreSQL.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acl;
 mod acquire;
+mod address;
 mod builder;
 mod client;
 mod clock;
@@ -150,6 +152,7 @@ mod token;
 mod watchdog;
 
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
 /// Compiles the README's examples, so the front door never rots.
@@ -165,6 +168,7 @@ pub use crossbeam_channel;
 pub use redis;
 
 pub use acl::{acl_rules, ACL_COMMANDS};
+pub use address::IntoInstance;
 pub use builder::RedlockBuilder;
 pub use client::Redlock;
 pub use config::MAX_TTL;
@@ -176,6 +180,7 @@ pub use options::LockOptions;
 pub use token::FencingToken;
 
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use telemetry::describe_metrics;
 
 #[cfg(test)]

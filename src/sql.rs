@@ -122,6 +122,11 @@
 //! let locks = Redlock::new(["redis://127.0.0.1:7001"])?;
 //! let mut db = postgres::Client::connect("postgresql://app@127.0.0.1/app", postgres::NoTls)?;
 //! db.batch_execute(sql::CREATE_FENCE_TABLE)?;
+//! // The protected data (form 2 leaves its tables as they are).
+//! db.batch_execute(
+//!     "CREATE TABLE IF NOT EXISTS accounts (id bigint PRIMARY KEY, balance bigint NOT NULL);
+//!      INSERT INTO accounts (id, balance) VALUES (7, 100) ON CONFLICT (id) DO NOTHING;",
+//! )?;
 //!
 //! let guard = locks.lock("account:7")?;
 //! let token = i64::try_from(guard.token().get())?;

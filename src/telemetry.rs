@@ -52,6 +52,12 @@ mod targets {
 /// Each client calls it when it is built; call it yourself if you install
 /// the recorder after building the client. Calling it again is harmless.
 ///
+/// Building a client also registers, at zero, every series whose labels
+/// are known then (each `outcome` and `reason`, each instance's error
+/// kinds and owed releases), so that `increase()` and `rate()` see the
+/// first event of a process. A recorder installed after `build()` gets
+/// them when the next client is built.
+///
 /// ```
 /// # let recorder = metrics::NoopRecorder;
 /// metrics::set_global_recorder(recorder).ok();
@@ -118,11 +124,90 @@ pub fn describe_metrics() {
 }
 
 /// Called when a client is built: descriptions reach the recorder that is
-/// installed by then.
+/// installed by then, and every series whose labels are known now is
+/// registered at zero. A series that first appears at 1 hides its first
+/// event from `increase()` and `rate()`: the first lost lease of a process
+/// must show as a change from 0.
 #[inline]
-pub(crate) fn client_built() {
+pub(crate) fn client_built<'a>(instances: impl Iterator<Item = &'a str>) {
     #[cfg(feature = "metrics")]
-    describe_metrics();
+    {
+        describe_metrics();
+        register_at_zero(instances);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = instances;
+}
+
+/// The `outcome` labels of `redfence_acquire_total` and
+/// `redfence_acquire_duration_seconds`.
+#[cfg(feature = "metrics")]
+const ACQUIRE_OUTCOMES: [&str; 6] = [
+    "granted",
+    "contended",
+    "unavailable",
+    "no_validity",
+    "wrong_type",
+    "invalid",
+];
+
+/// The `reason` labels of `redfence_lease_lost_total`: every reason a held
+/// lease can be lost for (a released one is not lost).
+#[cfg(feature = "metrics")]
+const LOSS_REASONS: [LossReason; 4] = [
+    LossReason::Expired,
+    LossReason::NotHeld,
+    LossReason::ExtensionFailed,
+    LossReason::ExtensionLimit,
+];
+
+/// Every `kind` of `redfence_instance_errors_total`.
+#[cfg(feature = "metrics")]
+const INSTANCE_ERROR_KINDS: [InstanceErrorKind; 9] = [
+    InstanceErrorKind::Timeout,
+    InstanceErrorKind::Connect,
+    InstanceErrorKind::Auth,
+    InstanceErrorKind::Tls,
+    InstanceErrorKind::WrongType,
+    InstanceErrorKind::Io,
+    InstanceErrorKind::Server,
+    InstanceErrorKind::Protocol,
+    InstanceErrorKind::Overloaded,
+];
+
+/// Touches every series with labels known at build time, adding nothing:
+/// recorders create a series on its first use, at zero. Series another
+/// client of the process already counted keep their values.
+#[cfg(feature = "metrics")]
+fn register_at_zero<'a>(instances: impl Iterator<Item = &'a str>) {
+    use metrics::{counter, gauge, histogram};
+    for outcome in ACQUIRE_OUTCOMES {
+        counter!(ACQUIRE_TOTAL, "outcome" => outcome).increment(0);
+        // Registered without a value: a histogram with a count of 0.
+        let _ = histogram!(ACQUIRE_DURATION, "outcome" => outcome);
+    }
+    counter!(ACQUIRE_ATTEMPTS_TOTAL).increment(0);
+    let _ = histogram!(HOLD_DURATION);
+    for outcome in ["ok", "failed"] {
+        counter!(EXTEND_TOTAL, "outcome" => outcome).increment(0);
+    }
+    for reason in LOSS_REASONS {
+        counter!(LEASE_LOST_TOTAL, "reason" => loss_label(reason)).increment(0);
+    }
+    counter!(FENCE_RAISE_TOTAL).increment(0);
+    gauge!(HELD_LOCKS).increment(0.0);
+    for instance in instances {
+        for kind in INSTANCE_ERROR_KINDS {
+            counter!(
+                INSTANCE_ERRORS_TOTAL,
+                "instance" => instance.to_string(),
+                "kind" => kind_label(kind)
+            )
+            .increment(0);
+        }
+        gauge!(OWED_RELEASES, "instance" => instance.to_string()).increment(0.0);
+        counter!(OWED_RELEASES_DROPPED_TOTAL, "instance" => instance.to_string()).increment(0);
+    }
 }
 
 /// The `outcome` label of a lock call that failed with `error`.

@@ -36,6 +36,91 @@ pub(crate) fn open_client(
     }
 }
 
+/// Checks the certificates given to the builder the way redis-rs will use
+/// them on every connection, so a file that cannot work is refused by
+/// `build()` rather than by each connection attempt. The reason names the
+/// part of `tls_certificates` at fault and never quotes a key.
+pub(crate) fn check_certificates(certificates: &TlsCertificates) -> Result<(), String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    ensure_crypto_provider();
+    let mut roots = rustls::RootCertStore::empty();
+    if let Some(root) = &certificates.root_cert {
+        let certs = CertificateDer::pem_slice_iter(root)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| {
+                format!(
+                    "the CA certificate given to tls_certificates (root_cert) {}",
+                    pem_problem(&e)
+                )
+            })?;
+        if certs.is_empty() {
+            return Err(
+                "the CA certificate given to tls_certificates (root_cert) holds no \
+                 certificate (no -----BEGIN CERTIFICATE----- section)"
+                    .to_string(),
+            );
+        }
+        for cert in certs {
+            roots.add(cert).map_err(|e| {
+                format!(
+                    "the CA certificate given to tls_certificates (root_cert) cannot be used: {e}"
+                )
+            })?;
+        }
+    }
+    let Some(client) = &certificates.client_tls else {
+        return Ok(());
+    };
+    let chain = CertificateDer::pem_slice_iter(&client.client_cert)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| {
+            format!(
+                "the client certificate given to tls_certificates (client_tls) {}",
+                pem_problem(&e)
+            )
+        })?;
+    if chain.is_empty() {
+        return Err(
+            "the client certificate given to tls_certificates (client_tls) holds no \
+             certificate (no -----BEGIN CERTIFICATE----- section)"
+                .to_string(),
+        );
+    }
+    let key = PrivateKeyDer::from_pem_slice(&client.client_key).map_err(|e| {
+        format!(
+            "the client key given to tls_certificates (client_tls) {}",
+            pem_problem(&e)
+        )
+    })?;
+    rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .map_err(|e| {
+            // rustls names the problem (an unsupported key type, a key
+            // that does not match the certificate), never the key itself.
+            format!(
+                "the client certificate and key given to tls_certificates (client_tls) cannot \
+                 be used: {e}"
+            )
+        })?;
+    Ok(())
+}
+
+/// What is wrong with a PEM file, in words of our own: the parser's
+/// messages may quote a line of it, and it may be a key.
+fn pem_problem(err: &rustls::pki_types::pem::Error) -> &'static str {
+    use rustls::pki_types::pem::Error as E;
+    match err {
+        E::NoItemsFound => "holds no section of the expected kind (-----BEGIN …)",
+        E::MissingSectionEnd { .. } => "is not valid PEM: a section has no -----END line",
+        E::IllegalSectionStart { .. } => "is not valid PEM: a -----BEGIN line is malformed",
+        E::Base64Decode(_) => "is not valid PEM: bad base64 inside a section",
+        _ => "is not valid PEM",
+    }
+}
+
 /// What went wrong in the TLS layer, in words that say what to check, or
 /// `None` if `err` is not a TLS failure.
 pub(crate) fn describe(err: &RedisError) -> Option<String> {
@@ -135,6 +220,35 @@ mod tests {
             .contains("requires a client certificate"));
         let direct = RedisError::from(rustls::Error::InvalidCertificate(CertificateError::Expired));
         assert!(describe(&direct).unwrap().contains("expired"));
+    }
+
+    #[test]
+    fn unusable_certificates_are_named_without_their_contents() {
+        let garbage =
+            b"-----BEGIN PRIVATE KEY-----\nc2VjcmV0LWtleS1ieXRlcw==\n-----END PRIVATE KEY-----\n";
+        let cert = b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+        let bad_key = TlsCertificates {
+            client_tls: Some(redis::ClientTlsConfig {
+                client_cert: cert.to_vec(),
+                client_key: garbage.to_vec(),
+            }),
+            root_cert: None,
+        };
+        let why = check_certificates(&bad_key).unwrap_err();
+        assert!(why.contains("tls_certificates (client_tls)"), "{why}");
+        assert!(!why.contains("c2VjcmV0"), "{why}");
+        let no_ca = TlsCertificates {
+            client_tls: None,
+            root_cert: Some(b"not a certificate".to_vec()),
+        };
+        let why = check_certificates(&no_ca).unwrap_err();
+        assert!(why.contains("tls_certificates (root_cert)"), "{why}");
+        let bad_ca = TlsCertificates {
+            client_tls: None,
+            root_cert: Some(cert.to_vec()),
+        };
+        let why = check_certificates(&bad_ca).unwrap_err();
+        assert!(why.contains("cannot be used"), "{why}");
     }
 
     #[test]

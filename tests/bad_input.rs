@@ -5,7 +5,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{client, fence_key, lock_key};
-use redfence::testing::{RedisCluster, RedisServer, ServerOptions};
+use redfence::testing::{Fault, FaultProxy, RedisCluster, RedisServer, ServerOptions};
 use redfence::{Error, InstanceErrorKind, LockOptions, Redlock, MAX_RESOURCE_LEN};
 
 fn config_error(result: Result<Redlock, Error>) -> String {
@@ -224,4 +224,124 @@ fn unreachable_instances_fail_fast_without_panicking() {
     let err = locks.try_lock("nowhere").unwrap_err();
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
     assert!(start.elapsed() < Duration::from_secs(1));
+}
+
+#[test]
+fn bad_urls_say_what_is_wrong_without_credentials() {
+    let cases = [
+        (
+            "http://admin:s3cret-pw@127.0.0.1:7001",
+            "unknown scheme \"http\"",
+        ),
+        ("ftp://s3cret-pw@127.0.0.1", "unknown scheme \"ftp\""),
+        ("redis://admin:s3cret-pw@127.0.0.1:notaport", "bad port"),
+        ("redis://admin:s3cret-pw@127.0.0.1:65536", "bad port"),
+        ("redis://:s3cret-pw@127.0.0.1:0", "bad port 0"),
+        (
+            "redis://:s3cret-pw@127.0.0.1:7001/db1",
+            "bad database number",
+        ),
+        ("redis://:s3cret-pw@/0", "host"),
+        ("garbage s3cret-pw", "no scheme"),
+        ("127.0.0.1:7001", "no scheme"),
+        ("  ", "empty"),
+    ];
+    for (url, words) in cases {
+        let reason = config_error(Redlock::new([url]));
+        assert!(reason.contains("instance #0"), "{url}: {reason}");
+        assert!(reason.contains(words), "{url}: {reason}");
+        assert!(!reason.contains("s3cret-pw"), "{url}: {reason}");
+        assert!(!reason.contains("did not parse"), "{url}: {reason}");
+    }
+    // The same check for every accepted form of a URL.
+    let owned = String::from("http://:s3cret-pw@127.0.0.1:7001");
+    for reason in [
+        config_error(Redlock::new([&owned])),
+        config_error(Redlock::new([owned.clone()])),
+        config_error(Redlock::new([redis_url(&owned)])),
+    ] {
+        assert!(reason.contains("unknown scheme"), "{reason}");
+        assert!(!reason.contains("s3cret-pw"), "{reason}");
+    }
+    let zero = config_error(Redlock::new([("127.0.0.1", 0)]));
+    assert!(zero.contains("bad port"), "{zero}");
+}
+
+/// A parsed URL, as a program that already holds one passes it.
+fn redis_url(text: &str) -> url::Url {
+    url::Url::parse(text).expect("a URL, if not a Redis one")
+}
+
+/// The per-instance errors of an Unavailable error.
+fn instance_errors(result: Result<redfence::LockGuard, Error>) -> Vec<redfence::InstanceError> {
+    match result {
+        Err(Error::Unavailable { errors, .. }) => errors,
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_refused_connection_reads_the_same_in_every_call() {
+    let cluster = RedisCluster::start(3);
+    cluster.server(1).kill();
+    cluster.server(2).kill();
+    let locks = client(&cluster);
+    let refused = |e: &redfence::InstanceError| {
+        e.kind() == InstanceErrorKind::Connect && e.detail() == "connection refused"
+    };
+    for _ in 0..3 {
+        let errors = instance_errors(locks.try_lock("closed"));
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors.iter().all(refused), "{errors:?}");
+        let pings = locks.ping();
+        assert!(pings[0].1.is_ok(), "{pings:?}");
+        for (name, result) in &pings[1..] {
+            let err = result.as_ref().expect_err(name);
+            assert!(refused(err), "{name}: {err}");
+        }
+    }
+}
+
+#[test]
+fn a_reset_connection_and_a_silent_one_are_named_as_such() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    proxy.set_fault(Fault::Reset);
+    let reset = Redlock::builder([proxy.url()])
+        .instance_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    for (name, result) in reset.ping() {
+        let err = result.expect_err("the proxy closes every connection");
+        assert_eq!(err.kind(), InstanceErrorKind::Io, "{name}: {err}");
+        assert!(
+            err.detail() == "connection reset by the instance"
+                || err.detail() == "connection closed by the instance",
+            "{name}: {err}"
+        );
+    }
+    let errors = instance_errors(reset.try_lock("reset"));
+    assert!(
+        errors.iter().all(|e| e.kind() == InstanceErrorKind::Io),
+        "{errors:?}"
+    );
+
+    proxy.set_fault(Fault::BlackHole);
+    let silent = Redlock::builder([proxy.url()])
+        .connect_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    for _ in 0..2 {
+        for (name, result) in silent.ping() {
+            let err = result.expect_err("nothing answers");
+            assert_eq!(err.kind(), InstanceErrorKind::Timeout, "{name}: {err}");
+        }
+        let errors = instance_errors(silent.try_lock("silent"));
+        assert!(
+            errors
+                .iter()
+                .all(|e| e.kind() == InstanceErrorKind::Timeout),
+            "{errors:?}"
+        );
+    }
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{client, eventually, holders, lock_key};
 use redfence::crossbeam_channel::{self, Receiver};
-use redfence::testing::RedisCluster;
+use redfence::testing::{RedisCluster, ServerOptions};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_redfence");
@@ -27,7 +27,7 @@ fn redfence(cluster: &RedisCluster) -> Command {
             cmd.env_remove(key);
         }
     }
-    cmd.env("REDFENCE_URLS", cluster.urls().join(","));
+    cmd.env("REDFENCE_SERVERS", cluster.urls().join(","));
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -470,22 +470,42 @@ fn term_or_int_while_waiting_ends_the_wait_at_once_without_leaving_a_key() {
 }
 
 #[test]
-fn bad_urls_give_78_without_credentials() {
+fn bad_urls_give_78_and_say_what_is_wrong_without_credentials() {
     let cluster = RedisCluster::start(1);
-    let out = output(redfence(&cluster).args([
-        "run",
-        "--servers",
-        "redis://admin:hunter2secret@127.0.0.1:notaport",
-        "r",
-        "--",
-        "true",
-    ]));
-    assert_eq!(code(out.status), 78, "{}", stderr(&out));
-    let err = stderr(&out);
-    assert!(!err.contains("hunter2secret"), "{err}");
-    assert_eq!(err.lines().count(), 1, "{err}");
-    let out = output(redfence(&cluster).args(["ping", "--servers", "ftp://x"]));
-    assert_eq!(code(out.status), 78, "{}", stderr(&out));
+    let cases = [
+        ("redis://admin:hunter2secret@127.0.0.1:notaport", "bad port"),
+        ("redis://admin:hunter2secret@127.0.0.1:99999", "bad port"),
+        (
+            "http://admin:hunter2secret@127.0.0.1:6379",
+            "unknown scheme \"http\"",
+        ),
+        (
+            "redis://:hunter2secret@127.0.0.1:6379/first",
+            "bad database number",
+        ),
+        ("hunter2secret", "no scheme"),
+        ("127.0.0.1:6379", "no scheme"),
+    ];
+    for (url, words) in cases {
+        for command in [&["run", "r", "--", "true"][..], &["status", "r"], &["ping"]] {
+            let out = output(redfence(&cluster).args(["--servers", url]).args(command));
+            let err = stderr(&out);
+            assert_eq!(code(out.status), 78, "{url} {command:?}: {err}");
+            assert!(err.contains("instance #0"), "{url}: {err}");
+            assert!(err.contains(words), "{url}: {err}");
+            assert!(!err.contains("hunter2secret"), "{url}: {err}");
+            assert!(!err.contains("did not parse"), "{url}: {err}");
+            assert_eq!(err.lines().count(), 1, "{err}");
+        }
+    }
+}
+
+/// The `redfence ping` line of one instance.
+fn ping_line(text: &str, server: &redfence::testing::RedisServer) -> String {
+    text.lines()
+        .find(|l| l.starts_with(&server.addr().to_string()))
+        .unwrap_or_else(|| panic!("no line for {}: {text}", server.addr()))
+        .to_string()
 }
 
 #[test]
@@ -498,10 +518,23 @@ fn no_quorum_gives_69_and_names_the_instances() {
     let err = stderr(&out);
     assert!(err.contains(&cluster.server(1).addr().to_string()), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
-    let out = output(redfence(&cluster).arg("ping"));
-    assert_eq!(code(out.status), 69, "{}", stdout(&out));
-    let out = output(redfence(&cluster).args(["status", "r"]));
-    assert_eq!(code(out.status), 69, "{}", stdout(&out));
+    // A closed port reads the same in every command: refused, not timed out.
+    assert!(err.contains("(Connect): connection refused"), "{err}");
+    assert!(!err.contains("Timeout"), "{err}");
+    for command in [&["ping"][..], &["status", "r"]] {
+        for _ in 0..3 {
+            let out = output(redfence(&cluster).args(command));
+            assert_eq!(code(out.status), 69, "{}", stdout(&out));
+            let text = stdout(&out);
+            for i in [1, 2] {
+                let line = ping_line(&text, cluster.server(i));
+                assert!(
+                    line.ends_with("error: Connect: connection refused"),
+                    "{command:?}: {line}"
+                );
+            }
+        }
+    }
 }
 
 #[test]
@@ -522,7 +555,7 @@ fn bad_arguments_give_64_and_help_gives_0() {
     }
     let out = output(
         redfence(&cluster)
-            .env_remove("REDFENCE_URLS")
+            .env_remove("REDFENCE_SERVERS")
             .args(["run", "r", "--", "true"]),
     );
     assert_eq!(code(out.status), 64, "{}", stderr(&out));
@@ -625,4 +658,308 @@ fn status_and_ping_show_each_instance() {
     let out = output(redfence(&cluster).args(["status", "report", "--json"]));
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["locked"], 0);
+}
+
+#[test]
+fn servers_come_from_redfence_servers_or_its_alias_redfence_urls() {
+    let cluster = RedisCluster::start(1);
+    let urls = cluster.urls().join(",");
+    let closed = "redis://127.0.0.1:1";
+    let ping = |env: &[(&str, &str)], args: &[&str]| {
+        let mut cmd = redfence(&cluster);
+        cmd.env_remove("REDFENCE_SERVERS");
+        for (key, value) in env {
+            cmd.env(key, value);
+        }
+        output(cmd.arg("ping").args(args))
+    };
+    // The variable of --servers, and its older name when it is unset.
+    let out = ping(&[("REDFENCE_SERVERS", &urls)], &[]);
+    assert_eq!(code(out.status), 0, "{}", stderr(&out));
+    let out = ping(&[("REDFENCE_URLS", &urls)], &[]);
+    assert_eq!(code(out.status), 0, "{}", stderr(&out));
+    // REDFENCE_SERVERS wins over the alias, --servers over both.
+    let out = ping(
+        &[("REDFENCE_SERVERS", &urls), ("REDFENCE_URLS", closed)],
+        &[],
+    );
+    assert_eq!(code(out.status), 0, "{}", stdout(&out));
+    let out = ping(
+        &[("REDFENCE_SERVERS", closed), ("REDFENCE_URLS", &urls)],
+        &[],
+    );
+    assert_eq!(code(out.status), 69, "{}", stdout(&out));
+    let out = ping(
+        &[("REDFENCE_SERVERS", closed), ("REDFENCE_URLS", closed)],
+        &["--servers", &urls],
+    );
+    assert_eq!(code(out.status), 0, "{}", stdout(&out));
+    // Neither: the message names the variable to set.
+    let out = ping(&[], &[]);
+    assert_eq!(code(out.status), 64);
+    assert!(
+        stderr(&out).contains("REDFENCE_SERVERS"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Help names both variables, and never shows their values: URLs carry
+    // passwords.
+    let out = output(
+        redfence(&cluster)
+            .env("REDFENCE_SERVERS", "redis://:hunter2secret@127.0.0.1:1")
+            .args(["ping", "--help"]),
+    );
+    let help = stdout(&out);
+    assert!(help.contains("REDFENCE_SERVERS"), "{help}");
+    assert!(help.contains("REDFENCE_URLS"), "{help}");
+    assert!(!help.contains("hunter2secret"), "{help}");
+}
+
+#[test]
+fn help_lists_the_exit_codes() {
+    let cluster = RedisCluster::start(1);
+    for flag in ["--help", "-h"] {
+        let out = output(redfence(&cluster).args(["run", flag]));
+        assert_eq!(code(out.status), 0);
+        let help = stdout(&out);
+        assert!(help.contains("Exit codes:"), "{help}");
+        for (code, words) in [
+            ("64", "bad arguments"),
+            ("69", "too few instances"),
+            ("71", "system"),
+            ("75", "held elsewhere"),
+            ("78", "bad URL"),
+            ("124", "lease was lost"),
+            ("126", "could not be executed"),
+            ("127", "not found"),
+            ("128+n", "signal n"),
+        ] {
+            let line = help
+                .lines()
+                .find(|l| l.trim_start().starts_with(code))
+                .unwrap_or_else(|| panic!("no line for {code}: {help}"));
+            assert!(line.contains(words), "{line}");
+        }
+    }
+    for command in ["status", "ping"] {
+        let out = output(redfence(&cluster).args([command, "--help"]));
+        let help = stdout(&out);
+        assert!(help.contains("Exit codes:"), "{help}");
+        assert!(help.contains("69 "), "{help}");
+    }
+    let out = output(redfence(&cluster).arg("--help"));
+    assert!(stdout(&out).contains("Exit codes"), "{}", stdout(&out));
+}
+
+#[test]
+fn an_even_instance_count_names_the_flag_that_allows_it() {
+    let cluster = RedisCluster::start(2);
+    let out = run(&cluster, &[], "even", "exit 0");
+    assert_eq!(code(out.status), 78, "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("--allow-even-instances"), "{err}");
+    assert!(!err.contains("allow_even_instances"), "{err}");
+    let out = run(&cluster, &["--allow-even-instances"], "even", "exit 3");
+    assert_eq!(code(out.status), 3, "{}", stderr(&out));
+    let out = output(
+        redfence(&cluster)
+            .env("REDFENCE_ALLOW_EVEN_INSTANCES", "1")
+            .arg("ping"),
+    );
+    assert_eq!(code(out.status), 0, "{}", stderr(&out));
+    let out = output(
+        redfence(&cluster)
+            .env("REDFENCE_ALLOW_EVEN_INSTANCES", "no")
+            .args(["status", "even"]),
+    );
+    assert_eq!(code(out.status), 78, "{}", stderr(&out));
+}
+
+/// A 3-server TLS cluster that requires client certificates, and its test
+/// PKI's files: `ca.crt`, `client.crt`, `client.key`.
+fn mtls_cluster(name: &str) -> (RedisCluster, Scratch) {
+    let cluster = RedisCluster::start_with(
+        3,
+        ServerOptions {
+            tls: true,
+            tls_auth_clients: true,
+            ..Default::default()
+        },
+    );
+    let scratch = Scratch::new(name);
+    let pki = cluster.pki().expect("a TLS cluster has a PKI");
+    std::fs::write(scratch.path("ca.crt"), pki.ca_pem()).unwrap();
+    std::fs::write(scratch.path("client.crt"), pki.client_cert_pem()).unwrap();
+    std::fs::write(scratch.path("client.key"), pki.client_key_pem()).unwrap();
+    (cluster, scratch)
+}
+
+#[test]
+fn run_status_and_ping_reach_tls_servers_that_require_a_client_certificate() {
+    let (cluster, files) = mtls_cluster("mtls");
+    assert!(cluster.urls().iter().all(|u| u.starts_with("rediss://")));
+    let flags = [
+        "--tls-ca-file",
+        &files.path("ca.crt"),
+        "--tls-cert-file",
+        &files.path("client.crt"),
+        "--tls-key-file",
+        &files.path("client.key"),
+    ];
+    let out = run(&cluster, &flags, "tls-job", "echo token=$REDFENCE_TOKEN");
+    assert_eq!(code(out.status), 0, "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("token="), "{}", stdout(&out));
+    assert_no_key(&cluster, "tls-job");
+
+    // Global flags: before the subcommand too.
+    let out = output(redfence(&cluster).args(flags).args(["status", "tls-job"]));
+    assert_eq!(code(out.status), 0, "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("locked on 0 of 3 instances, 3 answered"),
+        "{}",
+        stdout(&out)
+    );
+
+    // The same from the environment. Every instance answers once its
+    // handshake is through: time enough for that on a loaded machine.
+    let out = output(
+        redfence(&cluster)
+            .env("REDFENCE_INSTANCE_TIMEOUT", "2s")
+            .env("REDFENCE_TLS_CA_FILE", files.path("ca.crt"))
+            .env("REDFENCE_TLS_CERT_FILE", files.path("client.crt"))
+            .env("REDFENCE_TLS_KEY_FILE", files.path("client.key"))
+            .arg("ping"),
+    );
+    assert_eq!(code(out.status), 0, "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(
+        stdout(&out).lines().filter(|l| l.contains(" ok ")).count(),
+        3,
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// Every instance line of a `ping` or `status` report, and the error of a
+/// `run`, that reports a TLS failure carries `advice` and no library call;
+/// every instance reports one. A handshake slowed past its time limit on a
+/// loaded machine reads as a timeout instead: such a run is tried again, a
+/// few times at most.
+fn assert_tls_advice(cluster: &RedisCluster, flags: &[&str], advice: &str) {
+    const TRIES: usize = 5;
+    let check_tls = |what: &str, text: &str| {
+        assert!(text.contains(advice), "{what}: {text}");
+        assert!(!text.contains("tls_certificates"), "{what}: {text}");
+    };
+    let flags = &[&["--instance-timeout", "1s"][..], flags].concat();
+    for command in [&["ping"][..], &["status", "r"]] {
+        let mut advised = vec![false; cluster.len()];
+        for _ in 0..TRIES {
+            let out = output(redfence(cluster).args(flags).args(command));
+            let text = stdout(&out);
+            assert_eq!(code(out.status), 69, "{command:?}: {text}{}", stderr(&out));
+            for (i, server) in cluster.iter().enumerate() {
+                let line = ping_line(&text, server);
+                if line.contains("error: Tls: TLS: ") {
+                    check_tls(&format!("{command:?}"), &line);
+                    advised[i] = true;
+                } else {
+                    assert!(line.contains("error: Timeout: "), "{command:?}: {line}");
+                }
+            }
+            if advised.iter().all(|a| *a) {
+                break;
+            }
+        }
+        assert!(advised.iter().all(|a| *a), "{command:?}: {advised:?}");
+    }
+    let args = [&["-w", "300ms"][..], flags].concat();
+    let advised = (0..TRIES).any(|_| {
+        let out = run(cluster, &args, "r", "exit 0");
+        let err = stderr(&out);
+        assert_eq!(code(out.status), 69, "{err}");
+        assert!(!err.contains("tls_certificates"), "{err}");
+        let tls = err.contains("(Tls): TLS: ");
+        if tls {
+            check_tls("run", &err);
+        }
+        tls
+    });
+    assert!(advised, "run never reported the TLS failure");
+}
+
+#[test]
+fn tls_failures_give_advice_in_flag_terms() {
+    let (cluster, files) = mtls_cluster("tls-advice");
+    let (ca, cert, key) = (
+        files.path("ca.crt"),
+        files.path("client.crt"),
+        files.path("client.key"),
+    );
+    // No CA: the system's roots do not know the test CA.
+    assert_tls_advice(
+        &cluster,
+        &["--tls-cert-file", &cert, "--tls-key-file", &key],
+        "--tls-ca-file",
+    );
+    // No client certificate for servers that require one.
+    assert_tls_advice(
+        &cluster,
+        &["--tls-ca-file", &ca],
+        "--tls-cert-file and --tls-key-file",
+    );
+
+    // Configuration mistakes: 78, naming the flags.
+    std::fs::write(
+        files.path("broken.key"),
+        "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+    )
+    .unwrap();
+    let broken = files.path("broken.key");
+    let cases: [(&[&str], &str); 7] = [
+        (
+            &["--tls-cert-file", &cert, "--tls-key-file", &broken],
+            "(--tls-cert-file, --tls-key-file) cannot be used",
+        ),
+        (
+            &["--tls-cert-file", &cert, "--tls-key-file", &cert],
+            "the client key (--tls-key-file)",
+        ),
+        (
+            &["--tls-ca-file", &key],
+            "the CA certificate (--tls-ca-file)",
+        ),
+        (
+            &["--tls-cert-file", &cert],
+            "--tls-cert-file needs --tls-key-file",
+        ),
+        (
+            &["--tls-key-file", &key],
+            "--tls-key-file needs --tls-cert-file",
+        ),
+        (
+            &["--tls-ca-file", "/nonexistent/ca.crt"],
+            "--tls-ca-file /nonexistent/ca.crt",
+        ),
+        (
+            &["--tls-cert-file", "/dev/null", "--tls-key-file", &key],
+            "--tls-cert-file /dev/null: not a PEM file",
+        ),
+    ];
+    let key_pem = files.read("client.key");
+    let key_line = key_pem.lines().nth(1).expect("a key body line");
+    for (flags, words) in cases {
+        for command in [&["run", "r", "--", "true"][..], &["status", "r"], &["ping"]] {
+            let out = output(redfence(&cluster).args(flags).args(command));
+            let err = stderr(&out);
+            assert_eq!(code(out.status), 78, "{flags:?} {command:?}: {err}");
+            assert!(err.contains(words), "{flags:?}: {err}");
+            assert!(!err.contains(key_line), "{flags:?}: {err}");
+        }
+    }
+    // TLS files for plain redis:// instances.
+    let plain = RedisCluster::start(1);
+    let out = output(redfence(&plain).args(["--tls-ca-file", &ca, "ping"]));
+    assert_eq!(code(out.status), 78, "{}", stderr(&out));
+    assert!(stderr(&out).contains("rediss://"), "{}", stderr(&out));
 }

@@ -646,3 +646,108 @@ fn an_instance_stopped_during_locks_is_counted_and_warned_once() {
     }
     let _ = frozen;
 }
+
+/// Every series whose labels are known when a client is built is there
+/// from `build()` on, at zero: `increase(redfence_lease_lost_total[5m]) > 0`
+/// sees the first lost lease of a process, which a series first seen at 1
+/// would hide. Recorded on a recorder of this thread alone, so that what
+/// other clients of the process registered cannot count.
+#[cfg(feature = "metrics")]
+#[test]
+fn every_known_series_is_registered_at_zero_when_a_client_is_built() {
+    use std::collections::HashMap;
+
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    let _turn = turn();
+    let cluster = RedisCluster::start(3);
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let locks = metrics::with_local_recorder(&recorder, || patient(&cluster));
+    let series: HashMap<(String, Vec<(String, String)>), DebugValue> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value)| {
+            let mut labels: Vec<(String, String)> = key
+                .key()
+                .labels()
+                .map(|l| (l.key().to_string(), l.value().to_string()))
+                .collect();
+            labels.sort();
+            ((key.key().name().to_string(), labels), value)
+        })
+        .collect();
+    let at_zero = |name: &str, labels: &[(&str, &str)]| {
+        let mut labels: Vec<(String, String)> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        labels.sort();
+        let value = series.get(&(name.to_string(), labels.clone()));
+        let zero = match value {
+            Some(DebugValue::Counter(n)) => *n == 0,
+            Some(DebugValue::Gauge(g)) => g.into_inner() == 0.0,
+            Some(DebugValue::Histogram(values)) => values.is_empty(),
+            None => false,
+        };
+        assert!(
+            zero,
+            "{name}{labels:?}: {value:?}; registered: {:?}",
+            series.keys()
+        );
+    };
+    for outcome in [
+        "granted",
+        "contended",
+        "unavailable",
+        "no_validity",
+        "wrong_type",
+        "invalid",
+    ] {
+        at_zero("redfence_acquire_total", &[("outcome", outcome)]);
+        at_zero("redfence_acquire_duration_seconds", &[("outcome", outcome)]);
+    }
+    at_zero("redfence_acquire_attempts_total", &[]);
+    at_zero("redfence_hold_duration_seconds", &[]);
+    for outcome in ["ok", "failed"] {
+        at_zero("redfence_extend_total", &[("outcome", outcome)]);
+    }
+    for reason in ["expired", "not_held", "extension_failed", "extension_limit"] {
+        at_zero("redfence_lease_lost_total", &[("reason", reason)]);
+    }
+    at_zero("redfence_fence_raise_total", &[]);
+    at_zero("redfence_held_locks", &[]);
+    for i in 0..3 {
+        let instance = instance_name(&cluster, i);
+        for kind in [
+            "timeout",
+            "connect",
+            "auth",
+            "tls",
+            "wrong_type",
+            "io",
+            "server",
+            "protocol",
+            "overloaded",
+        ] {
+            at_zero(
+                "redfence_instance_errors_total",
+                &[("instance", &instance), ("kind", kind)],
+            );
+        }
+        at_zero("redfence_owed_releases", &[("instance", &instance)]);
+        at_zero(
+            "redfence_owed_releases_dropped_total",
+            &[("instance", &instance)],
+        );
+    }
+    // Nothing else: no series is invented at build time.
+    assert_eq!(
+        series.len(),
+        6 * 2 + 2 + 2 + 4 + 2 + 3 * (9 + 2),
+        "{:?}",
+        series.keys()
+    );
+    drop(locks);
+}

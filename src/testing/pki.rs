@@ -100,6 +100,7 @@ impl TestPki {
     /// Certificates for a client of servers using this CA: it trusts the
     /// CA, and presents the client certificate if `with_client_cert`.
     #[cfg(feature = "tls-rustls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
     pub fn certificates(&self, with_client_cert: bool) -> redis::TlsCertificates {
         redis::TlsCertificates {
             client_tls: with_client_cert.then(|| redis::ClientTlsConfig {

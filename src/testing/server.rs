@@ -218,6 +218,7 @@ impl RedisServer {
     /// What a client of this TLS server needs: the test CA and the client
     /// certificate. `None` without [`ServerOptions::tls`].
     #[cfg(feature = "tls-rustls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
     pub fn tls_certificates(&self) -> Option<redis::TlsCertificates> {
         self.pki().map(|pki| pki.certificates(true))
     }

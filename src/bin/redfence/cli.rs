@@ -1,21 +1,27 @@
 //! The command line: every flag can also be set from the environment as
-//! `REDFENCE_<FLAG>` (the instances as `REDFENCE_URLS`); flags win. Switches
-//! read from the environment are off when empty, `0`, `false`, `no`, `off`
-//! or `n`, on otherwise.
+//! `REDFENCE_<FLAG>` (`--servers` as `REDFENCE_SERVERS`, or its older name
+//! `REDFENCE_URLS`); flags win. Switches read from the environment are off
+//! when empty, `0`, `false`, `no`, `off` or `n`, on otherwise.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::builder::FalseyValueParser;
 use clap::{Args, Parser, Subcommand};
 use nix::sys::signal::Signal;
 
-use crate::{duration, signals};
+use crate::{duration, exit, signals};
 
 /// Run a command under a Redlock distributed lock, with a fencing token, and
 /// inspect locks.
 #[derive(Debug, Parser)]
-#[command(name = "redfence", version, propagate_version = true)]
+#[command(
+    name = "redfence",
+    version,
+    propagate_version = true,
+    after_help = "Exit codes: see `redfence run --help` (and `status --help`, `ping --help`)."
+)]
 pub struct Cli {
     #[command(flatten)]
     pub common: Common,
@@ -26,15 +32,46 @@ pub struct Cli {
 /// Options every subcommand takes.
 #[derive(Debug, Args)]
 pub struct Common {
-    /// Redis instances, comma-separated URLs (redis://[:password@]host[:port][/db]).
+    /// Redis instances, comma-separated URLs (redis://[:password@]host[:port][/db],
+    /// rediss://... for TLS). Also read from REDFENCE_URLS when REDFENCE_SERVERS is unset.
     #[arg(
         long,
-        env = "REDFENCE_URLS",
+        env = SERVERS_ENV,
+        // `--help` would show the variable's value: URLs carry passwords.
+        hide_env_values = true,
         value_delimiter = ',',
         value_name = "URL,...",
         global = true
     )]
     pub servers: Vec<String>,
+
+    /// PEM file of the CA that signed the servers' certificates (rediss:// URLs), instead
+    /// of the system's trusted roots.
+    #[arg(long, env = "REDFENCE_TLS_CA_FILE", value_name = "FILE", global = true)]
+    pub tls_ca_file: Option<PathBuf>,
+
+    /// PEM file of the client certificate, for servers that require one
+    /// (with --tls-key-file).
+    #[arg(
+        long,
+        env = "REDFENCE_TLS_CERT_FILE",
+        value_name = "FILE",
+        global = true
+    )]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// PEM file of the client certificate's private key (with --tls-cert-file).
+    #[arg(
+        long,
+        env = "REDFENCE_TLS_KEY_FILE",
+        value_name = "FILE",
+        global = true
+    )]
+    pub tls_key_file: Option<PathBuf>,
+
+    /// Accept an even number of instances (it tolerates no more failures than one fewer).
+    #[arg(long, env = "REDFENCE_ALLOW_EVEN_INSTANCES", value_parser = FalseyValueParser::new(), global = true)]
+    pub allow_even_instances: bool,
 
     /// Prefix of the lock's keys; must match the library clients that share the lock.
     #[arg(
@@ -65,13 +102,21 @@ pub struct Common {
     pub quiet: bool,
 }
 
+/// The environment variable of `--servers`.
+pub const SERVERS_ENV: &str = "REDFENCE_SERVERS";
+/// Its older name, read when `REDFENCE_SERVERS` is unset.
+pub const SERVERS_ENV_ALIAS: &str = "REDFENCE_URLS";
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Wait for the lock, run the command while holding it, release it.
+    #[command(after_help = exit::run_table())]
     Run(RunArgs),
     /// Show the lock and fence counter of a resource on each instance.
+    #[command(after_help = exit::inspect_table())]
     Status(StatusArgs),
     /// Show each instance's round trip or error.
+    #[command(after_help = exit::inspect_table())]
     Ping(PingArgs),
 }
 
@@ -94,7 +139,7 @@ pub struct RunArgs {
         short = 'E',
         long,
         env = "REDFENCE_CONFLICT_EXIT_CODE",
-        default_value_t = 75,
+        default_value_t = exit::CONFLICT,
         value_name = "N"
     )]
     pub conflict_exit_code: u8,
@@ -111,7 +156,7 @@ pub struct RunArgs {
     #[arg(
         long,
         env = "REDFENCE_LOST_EXIT_CODE",
-        default_value_t = 124,
+        default_value_t = exit::LOST,
         value_name = "N"
     )]
     pub lost_exit_code: u8,

@@ -9,7 +9,7 @@ use crate::client;
 use crate::exit::{Failure, UNAVAILABLE};
 
 pub fn ping(common: &Common, args: &PingArgs) -> Result<u8, Failure> {
-    let locks = client::build(common)?;
+    let locks = client::Target::from_options(common)?.client(common)?;
     // The first round opens the connections; the second measures the
     // round trip alone.
     let _ = locks.ping();
@@ -30,7 +30,7 @@ pub fn ping(common: &Common, args: &PingArgs) -> Result<u8, Failure> {
                     "instance": name,
                     "ok": false,
                     "rtt_ms": null,
-                    "error": format!("{:?}: {}", e.kind(), e.detail()),
+                    "error": client::show_error(e),
                 }),
             })
             .collect();
@@ -44,7 +44,7 @@ pub fn ping(common: &Common, args: &PingArgs) -> Result<u8, Failure> {
         for (name, result) in &results {
             match result {
                 Ok(rtt) => out!("{name:<24} ok {:.3} ms", millis(*rtt)),
-                Err(e) => out!("{name:<24} error: {:?}: {}", e.kind(), e.detail()),
+                Err(e) => out!("{name:<24} error: {}", client::show_error(e)),
             }
         }
         out!(

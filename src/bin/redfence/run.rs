@@ -31,7 +31,7 @@ pub fn run(common: &Common, args: RunArgs, log: &Log) -> Result<u8, Failure> {
     // behind by killing us halfway through an attempt.
     let listener = Listener::start()
         .map_err(|e| Failure::new(OSERR, format!("cannot install signal handlers: {e}")))?;
-    let locks = client::build(common)?;
+    let locks = client::Target::from_options(common)?.client(common)?;
     let guard = acquire(&locks, common, &args, &listener, log)?;
     let token = guard.token();
     log.info(&format!(

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use redfence::redis::{self, ConnectionInfo, RedisError};
+use redfence::redis::{self, RedisError};
 use serde_json::{json, Value};
 
 use crate::cli::{Common, StatusArgs};
@@ -13,6 +13,10 @@ use crate::exit::{Failure, UNAVAILABLE, USAGE};
 /// How much of the holder's random value is shown: enough to tell holders
 /// apart, far too little to release or extend their lock.
 const HOLDER_PREFIX: usize = 6;
+
+/// Longest connection set-up (TLS handshake included), as the library's
+/// default `connect_timeout`; commands get `--instance-timeout`.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What one instance holds for the resource.
 struct Reading {
@@ -27,19 +31,20 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<u8, Failure> {
         return Err(Failure::new(USAGE, "the resource name is empty"));
     }
     // Validates the instance list and prefix exactly as `run` would.
-    let locks = client::build(common)?;
+    let target = client::Target::from_options(common)?;
+    let locks = target.client(common)?;
     let quorum = locks.quorum();
     drop(locks);
-    let instances = client::instances(common)?;
+    let instances = target.instances()?;
     let lock_key = format!("{}lock:{{{}}}", common.prefix, args.resource);
     let fence_key = format!("{}fence:{{{}}}", common.prefix, args.resource);
     let timeout = common.instance_timeout;
     let readings: Vec<Result<Reading, String>> = std::thread::scope(|scope| {
         let handles: Vec<_> = instances
             .iter()
-            .map(|(_, info)| {
+            .map(|(name, client)| {
                 let (lock_key, fence_key) = (&lock_key, &fence_key);
-                scope.spawn(move || read(info, lock_key, fence_key, timeout))
+                scope.spawn(move || read(name, client, lock_key, fence_key, timeout))
             })
             .collect();
         handles
@@ -124,14 +129,14 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<u8, Failure> {
 type Raw = (i64, Option<Vec<u8>>, Option<Vec<u8>>);
 
 fn read(
-    info: &ConnectionInfo,
+    name: &str,
+    client: &redis::Client,
     lock_key: &str,
     fence_key: &str,
     timeout: Duration,
 ) -> Result<Reading, String> {
     let query = || -> Result<Raw, RedisError> {
-        let client = redis::Client::open(info.clone())?;
-        let mut con = client.get_connection_with_timeout(timeout)?;
+        let mut con = client.get_connection_with_timeout(CONNECT_TIMEOUT.max(timeout))?;
         con.set_read_timeout(Some(timeout))?;
         con.set_write_timeout(Some(timeout))?;
         redis::pipe()
@@ -143,7 +148,7 @@ fn read(
             .arg(fence_key)
             .query(&mut con)
     };
-    let (pttl, value, fence) = query().map_err(|e| describe(&e))?;
+    let (pttl, value, fence) = query().map_err(|e| client::describe(name, &e))?;
     let lock = match pttl {
         -2 => None,
         ms if ms < 0 => Some(None),
@@ -169,23 +174,4 @@ fn read(
         holder,
         fence,
     })
-}
-
-/// The kind and message of a connection or command error. Redis errors
-/// carry no URL, so no credentials.
-pub fn describe(err: &RedisError) -> String {
-    let kind = if err.is_timeout() {
-        "Timeout"
-    } else if err.is_connection_refusal() {
-        "Connect"
-    } else if matches!(err.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
-        || err.kind() == redis::ErrorKind::AuthenticationFailed
-    {
-        "Auth"
-    } else if err.is_io_error() || err.is_connection_dropped() {
-        "Io"
-    } else {
-        "Server"
-    };
-    format!("{kind}: {err}")
 }
