@@ -12,7 +12,7 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{client, eventually, holders, lock_key};
+use common::{builder, eventually, holders, lock_key};
 use redfence::crossbeam_channel::{self, Receiver};
 use redfence::testing::{Fault, FaultProxy, RedisCluster, RedisServer, ServerOptions};
 use serde_json::Value;
@@ -338,7 +338,11 @@ fn with_foreground_a_ctrl_c_from_the_terminal_is_not_forwarded_again() {
 fn usr1_while_waiting_does_not_end_the_wait_and_term_is_named_when_it_does() {
     let cluster = RedisCluster::start(3);
     let scratch = Scratch::new("usr1");
-    let locks = client(&cluster);
+    // The test's own client, patient with a slow machine.
+    let locks = builder(&cluster)
+        .instance_timeout(Duration::from_secs(1))
+        .build()
+        .expect("client builds");
     let held = locks.lock("usr1").expect("test holds the lock");
     let mut child = run_cmd(
         &cluster,
@@ -357,7 +361,7 @@ fn usr1_while_waiting_does_not_end_the_wait_and_term_is_named_when_it_does() {
         "USR1 ended the wait"
     );
     signal(child.id(), "TERM");
-    let error = wait_for_line(&lines, "error", Duration::from_secs(10));
+    let error = wait_for_line(&lines, "received while waiting", Duration::from_secs(10));
     assert!(
         error.contains("TERM received while waiting"),
         "the message does not name TERM: {error}"
@@ -365,7 +369,9 @@ fn usr1_while_waiting_does_not_end_the_wait_and_term_is_named_when_it_does() {
     let out = finish(child, RUN_LIMIT);
     assert_eq!(code(out.status), 128 + 15);
     assert!(std::fs::metadata(scratch.path("ran")).is_err());
-    held.release().expect("release");
+    // Its 30 s lease outlasts the test; whether the release is confirmed
+    // does not matter here.
+    let _ = held.release();
 }
 
 // --- Exit codes -------------------------------------------------------------
@@ -408,7 +414,9 @@ fn kill_after_zero_and_a_long_instance_timeout_are_accepted() {
 #[test]
 fn a_plain_run_is_silent_and_no_extension_is_reported_before_one_happens() {
     let cluster = RedisCluster::start(3);
-    let out = run(&cluster, &[], "quiet", "exit 0");
+    // A generous instance timeout, so that a slow machine does not make
+    // the release unconfirmed (a warning).
+    let out = run(&cluster, &["--instance-timeout", "2s"], "quiet", "exit 0");
     assert_eq!(code(out.status), 0);
     assert_eq!(stderr(&out), "", "a plain run printed progress");
     // The first extension comes a third of the TTL (30 s) in; the
@@ -479,8 +487,8 @@ fn a_loss_is_announced_as_a_warning_unless_quiet() {
 // --- ping and status --------------------------------------------------------
 
 /// `ping` reports the round trip in milliseconds: through a proxy that
-/// holds each chunk 30 ms each way, at least 60 ms, and less than the
-/// instance timeout. (Mutants: `millis` constant, or with `+` or `/` for
+/// holds each chunk 30 ms each way, at least 60 ms, and no more than the
+/// instance timeout (950 ms: a later answer is a timeout). (Mutants: `millis` constant, or with `+` or `/` for
 /// `*`.)
 #[test]
 fn ping_reports_the_round_trip_in_milliseconds() {
@@ -488,12 +496,12 @@ fn ping_reports_the_round_trip_in_milliseconds() {
     let proxy = FaultProxy::start(server.addr()).expect("proxy starts");
     proxy.set_fault(Fault::Delay(Duration::from_millis(30)));
     let out =
-        output(redfence_at(&[proxy.url()]).args(["ping", "--json", "--instance-timeout", "900ms"]));
+        output(redfence_at(&[proxy.url()]).args(["ping", "--json", "--instance-timeout", "950ms"]));
     assert_eq!(code(out.status), 0, "{}", stdout(&out));
     let doc: Value = serde_json::from_slice(&out.stdout).expect("ping --json parses");
     let rtt = doc["instances"][0]["rtt_ms"].as_f64().expect("rtt_ms");
-    assert!((60.0..900.0).contains(&rtt), "rtt_ms {rtt}: {doc}");
-    let out = output(redfence_at(&[proxy.url()]).args(["ping", "--instance-timeout", "900ms"]));
+    assert!((60.0..1000.0).contains(&rtt), "rtt_ms {rtt}: {doc}");
+    let out = output(redfence_at(&[proxy.url()]).args(["ping", "--instance-timeout", "950ms"]));
     let text = stdout(&out);
     let shown: f64 = text
         .split_whitespace()
@@ -501,7 +509,7 @@ fn ping_reports_the_round_trip_in_milliseconds() {
         .nth(1)
         .and_then(|w| w.parse().ok())
         .unwrap_or_else(|| panic!("no round trip in {text}"));
-    assert!((60.0..900.0).contains(&shown), "{text}");
+    assert!((60.0..1000.0).contains(&shown), "{text}");
 }
 
 /// A lock key without expiry (written by something else than redfence) is
@@ -515,7 +523,15 @@ fn status_shows_a_lock_key_without_expiry() {
             .cmd(&["SET", &lock_key("forever"), "abcdefghij"])
             .expect("SET");
     }
-    let out = output(redfence(&cluster).args(["status", "forever", "--json"]));
+    // A generous instance timeout: every instance must answer.
+    let status = |extra: &[&str]| {
+        output(
+            redfence(&cluster)
+                .args(["status", "forever", "--instance-timeout", "2s"])
+                .args(extra),
+        )
+    };
+    let out = status(&["--json"]);
     assert_eq!(code(out.status), 0, "{}", stderr(&out));
     let doc: Value = serde_json::from_slice(&out.stdout).expect("status --json parses");
     assert_eq!(doc["locked"], 3, "{doc}");
@@ -524,7 +540,7 @@ fn status_shows_a_lock_key_without_expiry() {
         assert!(i["ttl_ms"].is_null(), "{i}");
         assert_eq!(i["holder"], "abcdef", "{i}");
     }
-    let out = output(redfence(&cluster).args(["status", "forever"]));
+    let out = status(&[]);
     let text = stdout(&out);
     assert_eq!(
         text.lines().filter(|l| l.contains("no expiry")).count(),
@@ -556,7 +572,7 @@ fn status_names_the_kind_of_each_instance_error() {
         format!("redis://:wrong@127.0.0.1:{port}/"),
     ];
     let out =
-        output(redfence_at(&urls).args(["status", "r", "--json", "--instance-timeout", "300ms"]));
+        output(redfence_at(&urls).args(["status", "r", "--json", "--instance-timeout", "1s"]));
     cluster.cont(&[1]);
     assert_eq!(code(out.status), 69, "{}", stdout(&out));
     let doc: Value = serde_json::from_slice(&out.stdout).expect("status --json parses");
