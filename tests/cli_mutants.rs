@@ -100,6 +100,29 @@ fn signal(pid: u32, name: &str) {
     assert!(ok, "kill -{name} {pid} failed");
 }
 
+/// Upper bound for a run that a signal or a loss should end promptly: a
+/// mutant that breaks that fails the test in this time, not after
+/// RUN_LIMIT.
+const SIGNAL_LIMIT: Duration = Duration::from_secs(10);
+
+/// SIGKILLs processes (`"123"`) and process groups (`"-123"`) when a test
+/// fails half-way, so that a command left running by a broken `redfence`
+/// does not outlive the test.
+struct KillOnPanic(Vec<String>);
+
+impl Drop for KillOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for target in &self.0 {
+                let _ = Command::new("kill")
+                    .args(["-KILL", "--", target])
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
+    }
+}
+
 /// Whether the process runs (a zombie, dead but not yet reaped, does not).
 fn alive(pid: &str) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -192,14 +215,20 @@ fn wait_for_line(lines: &Receiver<String>, needle: &str, limit: Duration) -> Str
 fn a_forwarded_signal_reaches_what_the_command_started_in_the_background() {
     let cluster = RedisCluster::start(3);
     let scratch = Scratch::new("group");
-    let script = format!("sleep 300 & echo $! > {bg}; wait", bg = scratch.path("bg"));
+    // The background process lets go of redfence's stdout and stderr, so a
+    // survivor cannot keep the test waiting for their end.
+    let script = format!(
+        "sleep 300 >/dev/null 2>&1 & echo $! > {bg}; wait",
+        bg = scratch.path("bg")
+    );
     let child = run_cmd(&cluster, &[], "group", &script)
         .spawn()
         .expect("redfence starts");
     let bg = scratch.wait_line("bg");
+    let _cleanup = KillOnPanic(vec![bg.clone()]);
     assert!(alive(&bg), "the background sleep did not start");
     signal(child.id(), "TERM");
-    let out = finish(child, RUN_LIMIT);
+    let out = finish(child, SIGNAL_LIMIT);
     // The shell died of the forwarded TERM.
     assert_eq!(code(out.status), 128 + 15, "{}", stderr(&out));
     let gone = eventually(Duration::from_secs(10), || !alive(&bg));
@@ -228,9 +257,11 @@ fn with_foreground_a_signal_sent_by_a_process_is_forwarded_to_the_command() {
     let child = run_cmd(&cluster, &["--foreground"], "fg", &script)
         .spawn()
         .expect("redfence starts");
+    // With --foreground the command is in redfence's process group.
+    let _cleanup = KillOnPanic(vec![format!("-{}", child.id())]);
     let pid = scratch.wait_line("pid");
     signal(child.id(), "TERM");
-    let out = finish(child, RUN_LIMIT);
+    let out = finish(child, SIGNAL_LIMIT);
     assert_eq!(code(out.status), 3, "{}", stderr(&out));
     assert_eq!(scratch.read("got").trim(), "term");
     assert!(!alive(&pid));
@@ -308,6 +339,8 @@ fn with_foreground_a_ctrl_c_from_the_terminal_is_not_forwarded_again() {
     }
     let child = cmd.spawn().expect("redfence starts");
     drop(cmd);
+    // redfence leads its session and process group; the command is in it.
+    let _cleanup = KillOnPanic(vec![format!("-{}", child.id())]);
     let lines = lines_of(master.try_clone().expect("dup"));
     let pid = scratch.wait_line("pid");
     // Ctrl-C: the terminal sends INT to its foreground process group.
@@ -325,7 +358,7 @@ fn with_foreground_a_ctrl_c_from_the_terminal_is_not_forwarded_again() {
     );
     // A TERM from a process is forwarded: the command dies of it.
     signal(child.id(), "TERM");
-    let out = finish(child, RUN_LIMIT);
+    let out = finish(child, SIGNAL_LIMIT);
     assert_eq!(code(out.status), 128 + 15);
     assert!(!alive(&pid));
 }
@@ -352,6 +385,7 @@ fn usr1_while_waiting_does_not_end_the_wait_and_term_is_named_when_it_does() {
     )
     .spawn()
     .expect("redfence starts");
+    let _cleanup = KillOnPanic(vec![child.id().to_string()]);
     let lines = stderr_lines(&mut child);
     wait_for_line(&lines, "waiting", Duration::from_secs(10));
     signal(child.id(), "USR1");
@@ -366,7 +400,7 @@ fn usr1_while_waiting_does_not_end_the_wait_and_term_is_named_when_it_does() {
         error.contains("TERM received while waiting"),
         "the message does not name TERM: {error}"
     );
-    let out = finish(child, RUN_LIMIT);
+    let out = finish(child, SIGNAL_LIMIT);
     assert_eq!(code(out.status), 128 + 15);
     assert!(std::fs::metadata(scratch.path("ran")).is_err());
     // Its 30 s lease outlasts the test; whether the release is confirmed
@@ -453,8 +487,11 @@ fn a_loss_is_announced_as_a_warning_unless_quiet() {
             .expect("redfence starts");
         children.push((quiet, child));
     }
-    scratch.wait_line("loud");
-    scratch.wait_line("quiet");
+    // Each command leads its own process group.
+    let _cleanup = KillOnPanic(vec![
+        format!("-{}", scratch.wait_line("loud")),
+        format!("-{}", scratch.wait_line("quiet")),
+    ]);
     cluster.stop(&[0, 1]);
     let outs: Vec<(bool, Output)> = children
         .into_iter()
