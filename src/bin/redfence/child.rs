@@ -221,3 +221,18 @@ fn exit_code(status: Result<io::Result<ExitStatus>, crossbeam_channel::RecvError
         _ => 255,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn margin_is_a_fiftieth_of_the_lease_within_10ms_and_1s() {
+        let ms = Duration::from_millis;
+        assert_eq!(margin(Duration::from_secs(5)), ms(100));
+        assert_eq!(margin(Duration::from_secs(30)), ms(600));
+        assert_eq!(margin(ms(200)), ms(10));
+        assert_eq!(margin(Duration::ZERO), ms(10));
+        assert_eq!(margin(Duration::from_secs(500)), Duration::from_secs(1));
+    }
+}

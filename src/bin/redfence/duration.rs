@@ -62,5 +62,7 @@ mod tests {
         assert_eq!(show(Duration::from_millis(250)), "250ms");
         assert_eq!(show(Duration::from_millis(1500)), "1.5s");
         assert_eq!(show(Duration::from_secs(30)), "30s");
+        assert_eq!(show(Duration::from_millis(999)), "999ms");
+        assert_eq!(show(Duration::from_secs(1)), "1s");
     }
 }
