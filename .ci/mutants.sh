@@ -73,8 +73,20 @@ m set-granted-with-a-member-ours-and-one-free lua/acquire.lua "late_requests" \
   "if held then"
 
 m acquire-without-clock-floor lua/acquire.lua "fencing late_requests" \
-  "token = math.max(tonumber(current) + 1, base)" \
-  "token = tonumber(current) + 1"
+  "return math.max(tonumber(current) + 1, base)" \
+  "return tonumber(current) + 1"
+
+m acquire-resend-refused-single lua/acquire.lua "late_requests" \
+  "if holder and holder ~= ARGV[1] then" \
+  "if holder then"
+
+m acquire-granted-though-held-single lua/acquire.lua "lock" \
+  "if holder and holder ~= ARGV[1] then" \
+  "if false then"
+
+m acquire-lock-lives-idle-time-single lua/acquire.lua "lock contracts" \
+  "redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')" \
+  "redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[3], 'GET')"
 
 m acquire-trusts-the-proposal lua/acquire.lua "late_requests fencing" \
   "local base = math.min(math.max(tonumber(ARGV[4]) or 0, clock), clock + EPS)" \
@@ -97,8 +109,8 @@ m acquire-lock-lives-idle-time lua/acquire.lua "lock contracts" \
   "redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[3])"
 
 m acquire-counter-never-expires lua/acquire.lua "fencing contracts" \
-  "redis.call('SET', KEYS[i + 1], string.format('%.0f', token), 'PX', ARGV[3])" \
-  "redis.call('SET', KEYS[i + 1], string.format('%.0f', token))"
+  "redis.call('SET', key, string.format('%.0f', token), 'PX', ARGV[3])" \
+  "redis.call('SET', key, string.format('%.0f', token))"
 
 # --- lua/release.lua ---------------------------------------------------------
 
@@ -176,16 +188,16 @@ m fenced-write-refuses-same-token lua/fenced_write.lua "fencing" \
 # --- The SQL recipe (src/sql.rs) ---------------------------------------------
 
 m sql-fence-accepts-stale src/sql.rs "postgres" \
-  "WHERE redfence_fences.token <= EXCLUDED.token" \
-  "WHERE redfence_fences.token <= EXCLUDED.token + 1000000000"
+  "WHERE redfence_fences.token <= EXCLUDED.token \\" \
+  "WHERE redfence_fences.token <= EXCLUDED.token + 1000000000 \\"
 
 m sql-fence-refuses-same-holder src/sql.rs "postgres" \
-  "WHERE redfence_fences.token <= EXCLUDED.token" \
-  "WHERE redfence_fences.token < EXCLUDED.token"
+  "WHERE redfence_fences.token <= EXCLUDED.token \\" \
+  "WHERE redfence_fences.token < EXCLUDED.token \\"
 
 m sql-fence-never-raised src/sql.rs "postgres" \
-  "ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token" \
-  "ON CONFLICT (resource) DO UPDATE SET token = redfence_fences.token"
+  "ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token \\" \
+  "ON CONFLICT (resource) DO UPDATE SET token = redfence_fences.token \\"
 
 # --- Rust: the lock's safety logic (issue 16's bugs and neighbours) -----------
 

@@ -25,6 +25,51 @@ local n = #KEYS - 1
 if redis.call('EXISTS', KEYS[#KEYS]) == 1 then
   return {0}
 end
+local function counter(key)
+  -- GET fails with WRONGTYPE on a key of another type, before any write.
+  local current = redis.call('GET', key)
+  if current and not string.match(current, '^%d+$') then
+    return nil, redis.error_reply('WRONGTYPE redfence: fence key ' .. key .. ' is not a counter')
+  end
+  return current
+end
+local function token_from(current, resent)
+  local now = redis.call('TIME')
+  local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local base = math.min(math.max(tonumber(ARGV[4]) or 0, clock), clock + EPS)
+  if current and resent then
+    return tonumber(current)
+  elseif current then
+    -- Never below the clock: a counter that came back older (a snapshot, a
+    -- promoted replica) cannot repeat a token handed out since.
+    return math.max(tonumber(current) + 1, base)
+  end
+  return base
+end
+-- Tokens stay below 2^53, so Lua's doubles hold them exactly, and '%.0f'
+-- prints every digit.
+local function store(key, token)
+  redis.call('SET', key, string.format('%.0f', token), 'PX', ARGV[3])
+end
+
+if n == 2 then
+  -- One resource, the hot path: SET NX GET checks and takes the lock in
+  -- one call (WRONGTYPE on a foreign key, before any write).
+  local current, err = counter(KEYS[2])
+  if err then
+    return err
+  end
+  local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
+  if holder and holder ~= ARGV[1] then
+    return {0}
+  end
+  -- A holder equal to our value: this request ran before and its reply
+  -- was lost; granted again as it stands, the counter not bumped twice.
+  local token = token_from(current, holder == ARGV[1])
+  store(KEYS[2], token)
+  return {1, token}
+end
+
 local ours, held = 0, false
 local counters = {}
 for i = 1, n, 2 do
@@ -38,12 +83,11 @@ for i = 1, n, 2 do
   elseif lock_type ~= 'none' then
     return redis.error_reply('WRONGTYPE redfence: lock key ' .. KEYS[i] .. ' holds a ' .. lock_type)
   end
-  -- GET fails with WRONGTYPE on a key of another type, before any write.
-  local current = redis.call('GET', KEYS[i + 1])
-  if current and not string.match(current, '^%d+$') then
-    return redis.error_reply('WRONGTYPE redfence: fence key ' .. KEYS[i + 1] .. ' is not a counter')
+  local current, err = counter(KEYS[i + 1])
+  if err then
+    return err
   end
-  counters[#counters + 1] = current
+  counters[#counters + 1] = current or false
 end
 -- Every member ours: this request ran before, its reply was lost. Granted
 -- again as it stands, counters not bumped twice.
@@ -51,28 +95,13 @@ local resent = ours == n / 2
 if held or (ours > 0 and not resent) then
   return {0}
 end
-local now = redis.call('TIME')
-local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
-local base = math.min(math.max(tonumber(ARGV[4]) or 0, clock), clock + EPS)
 local reply = {1}
 for i = 1, n, 2 do
-  local current = counters[(i + 1) / 2]
-  local token
-  if current and resent then
-    token = tonumber(current)
-  elseif current then
-    -- Never below the clock: a counter that came back older (a snapshot, a
-    -- promoted replica) cannot repeat a token handed out since.
-    token = math.max(tonumber(current) + 1, base)
-  else
-    token = base
-  end
+  local token = token_from(counters[(i + 1) / 2] or nil, resent)
   if not resent then
     redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
   end
-  -- Tokens stay below 2^53, so Lua's doubles hold them exactly, and '%.0f'
-  -- prints every digit.
-  redis.call('SET', KEYS[i + 1], string.format('%.0f', token), 'PX', ARGV[3])
+  store(KEYS[i + 1], token)
   reply[#reply + 1] = token
 end
 return reply
