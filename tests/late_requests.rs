@@ -159,9 +159,12 @@ fn a_late_shorter_extension_does_not_cut_a_longer_lease() {
     // extension and set a fresh 3 s lease there: not what this test is
     // about. Wait until all three hold the lock.
     assert!(
-        eventually(Duration::from_secs(2), || lock_values(&net.cluster, "lease")
-            .iter()
-            .all(|v| v.is_some())),
+        eventually(Duration::from_secs(2), || lock_values(
+            &net.cluster,
+            "lease"
+        )
+        .iter()
+        .all(|v| v.is_some())),
         "the grant never reached all three instances"
     );
 
@@ -266,7 +269,7 @@ fn counters_restored_from_older_snapshots_do_not_repeat_tokens() {
     let net = Proxied::start(3);
     let locks = build(net.builder().instance_timeout(Duration::from_millis(300)));
     let opts = LockOptions::new().auto_extend(false);
-    let mut token = || {
+    let token = || {
         let guard = locks
             .lock_with("snap", opts.wait(Duration::from_secs(5)))
             .expect("locks");
