@@ -328,7 +328,7 @@ fn run_workers(urls: &[String], db_url: &str, threads: u64, seed: u64) -> Vec<At
                 let mut monitor = connect(db_url);
                 let worker_seed = seed * 100 + t;
                 for round in 0..ROUNDS {
-                    let counter = if (worker_seed + round) % 2 == 0 {
+                    let counter = if (worker_seed + round).is_multiple_of(2) {
                         TABLE_FENCED
                     } else {
                         ROW_FENCED

