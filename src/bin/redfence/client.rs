@@ -25,9 +25,18 @@ fn urls(common: &Common) -> Result<Vec<&str>, Failure> {
 
 /// A client over the given instances (validates URLs, count and prefix).
 pub fn build(common: &Common) -> Result<Redlock, Failure> {
-    Redlock::builder(urls(common)?)
+    build_as(common, None)
+}
+
+/// [`build`], showing `identity` to other clients (hostname:pid if `None`).
+pub fn build_as(common: &Common, identity: Option<&str>) -> Result<Redlock, Failure> {
+    let mut builder = Redlock::builder(urls(common)?)
         .key_prefix(common.prefix.as_str())
-        .instance_timeout(common.instance_timeout)
+        .instance_timeout(common.instance_timeout);
+    if let Some(identity) = identity {
+        builder = builder.identity(identity);
+    }
+    builder
         .build()
         .map_err(|e| Failure::from_lock_error(&e, CONFIG, CONFIG))
 }
