@@ -293,7 +293,7 @@ impl Redlock {
     /// ```
     pub fn holder(&self, resource: &str) -> Result<Option<crate::Holder>, Error> {
         let target = Target::one(&self.shared().cfg.prefix, resource)?;
-        crate::holder::read(self.shared(), resource, &target.members[0].keys.lock)
+        crate::holder::read(self.shared(), resource, &target.members[0].keys)
     }
 
     /// This client's identity, as others see it

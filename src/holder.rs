@@ -52,6 +52,9 @@ pub struct Holder {
     /// The positions (in the order the instances were given to the
     /// builder) of the instances where this identity holds the lock.
     pub instances: Vec<usize>,
+    /// The highest fencing counter among those instances: the holder's
+    /// token (an election's term), as far as the instances still know it.
+    pub(crate) counter: Option<u64>,
 }
 
 /// The identity of this process when none is set: `hostname:pid`.
@@ -123,7 +126,11 @@ pub(crate) fn agreed<'a>(
 /// One instance's answer to `lua/holder.lua`.
 enum Reading {
     Free,
-    Held { pttl: Option<Duration>, identity: String },
+    Held {
+        pttl: Option<Duration>,
+        identity: String,
+        counter: Option<u64>,
+    },
 }
 
 fn classify(values: &[Value]) -> Vote<Reading, ()> {
@@ -133,11 +140,12 @@ fn classify(values: &[Value]) -> Vote<Reading, ()> {
     if let [Value::Array(items)] = values {
         match items.as_slice() {
             [Value::Int(0)] => return Vote::Yes(Reading::Free),
-            [Value::Int(1), Value::Int(pttl), Value::BulkString(identity)] => {
+            [Value::Int(1), Value::Int(pttl), Value::BulkString(identity), Value::BulkString(counter)] => {
                 let pttl = u64::try_from(*pttl).ok().map(Duration::from_millis);
                 return Vote::Yes(Reading::Held {
                     pttl,
                     identity: String::from_utf8_lossy(identity).into_owned(),
+                    counter: std::str::from_utf8(counter).ok().and_then(|c| c.parse().ok()),
                 });
             }
             _ => {}
@@ -148,11 +156,15 @@ fn classify(values: &[Value]) -> Vote<Reading, ()> {
 
 /// Reads the holder of `resource` on every instance (see
 /// [`Redlock::holder`](crate::Redlock::holder)).
-pub(crate) fn read(shared: &Shared, name: &str, lock_key: &str) -> Result<Option<Holder>, Error> {
+pub(crate) fn read(
+    shared: &Shared,
+    name: &str,
+    keys: &crate::keys::Keys,
+) -> Result<Option<Holder>, Error> {
     shared.warmup.wait();
     let start = Instant::now();
     let deadline = shared.round_deadline();
-    let cmd = scripts::packed(&scripts::HOLDER, &[lock_key], &[]);
+    let cmd = scripts::packed(&scripts::HOLDER, &[&keys.lock, &keys.fence], &[]);
     let rx = shared.instances.broadcast(&cmd, deadline);
     let n = shared.instances.len();
     let quorum = shared.instances.quorum();
@@ -199,31 +211,39 @@ pub(crate) fn read(shared: &Shared, name: &str, lock_key: &str) -> Result<Option
         });
     }
     let elapsed = start.elapsed();
-    let mut by_identity: HashMap<&str, Vec<(usize, Option<Duration>)>> = HashMap::new();
+    type Seen = (usize, Option<Duration>, Option<u64>);
+    let mut by_identity: HashMap<&str, Vec<Seen>> = HashMap::new();
     for (index, reading) in &readings {
-        if let Reading::Held { pttl, identity } = reading {
+        if let Reading::Held {
+            pttl,
+            identity,
+            counter,
+        } = reading
+        {
             by_identity
                 .entry(identity.as_str())
                 .or_default()
-                .push((*index, *pttl));
+                .push((*index, *pttl, *counter));
         }
     }
     let Some((identity, mut held)) = by_identity.into_iter().find(|(_, h)| h.len() >= quorum)
     else {
         return Ok(None);
     };
-    held.sort_by_key(|(index, _)| *index);
+    held.sort_by_key(|(index, _, _)| *index);
     let mut ttls: Vec<Duration> = held
         .iter()
-        .map(|(_, ttl)| ttl.unwrap_or(Duration::MAX))
+        .map(|(_, ttl, _)| ttl.unwrap_or(Duration::MAX))
         .collect();
+    let counter = held.iter().filter_map(|(_, _, c)| *c).max();
     // Descending: the quorum-th longest is what a quorum agrees on.
     ttls.sort_by(|a, b| b.cmp(a));
     let ttl = ttls[quorum - 1].saturating_sub(elapsed);
     Ok(Some(Holder {
         identity: (!identity.is_empty()).then(|| identity.to_string()),
         ttl,
-        instances: held.into_iter().map(|(index, _)| index).collect(),
+        instances: held.into_iter().map(|(index, _, _)| index).collect(),
+        counter,
     }))
 }
 
