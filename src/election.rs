@@ -14,6 +14,8 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use parking_lot::Mutex;
 
 use crate::keys::validate_resource;
+use crate::quorum::yes_no;
+use crate::scripts;
 use crate::{telemetry, Error, FencingToken, LockGuard, LockOptions, LossReason, Redlock};
 
 /// How long one lock call of a campaign waits before the campaign looks at
@@ -124,12 +126,31 @@ impl Election {
         let guard = self
             .locks
             .lock_with(&self.resource, self.options.wait(wait))?;
+        self.record_term(&guard);
         telemetry::leader_elected(&self.name, guard.token());
         Ok(Leadership {
             guard: Some(guard),
             election: self.name.clone(),
             identity: self.locks.identity().to_string(),
         })
+    }
+
+    /// Records the term next to the lock for observers, and waits (one
+    /// instance timeout at most) until a quorum has it. Only observers
+    /// depend on it: the leadership stands whatever the answer.
+    fn record_term(&self, guard: &LockGuard) {
+        let shared = self.locks.shared();
+        let lease = guard.lease();
+        let keys = &lease.target.members[0].keys;
+        let term = guard.token().get().to_string();
+        let idle = shared.cfg.fence_idle.as_millis().to_string();
+        let cmd = scripts::packed(
+            &scripts::TERM,
+            &[&keys.lock, &keys.term],
+            &[lease.value.as_bytes(), term.as_bytes(), idle.as_bytes()],
+        );
+        let deadline = shared.round_deadline();
+        let _ = shared.instances.round(&cmd, 1, deadline, yes_no).wait(deadline);
     }
 
     /// Who leads now, as a quorum of the instances sees it: `None` while
@@ -284,7 +305,11 @@ fn observe(
     let mut current: Option<(Option<String>, Option<u64>)> = None;
     loop {
         let started = Instant::now();
-        if let Ok(holder) = locks.holder(resource) {
+        // A leader whose term is not recorded yet is reported once it is.
+        let reading = locks
+            .holder(resource)
+            .map(|h| h.filter(|h| h.counter.is_some()));
+        if let Ok(holder) = reading {
             let event = match (holder, &current) {
                 (Some(h), Some((identity, term))) if h.identity == *identity && h.counter == *term => {
                     None

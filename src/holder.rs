@@ -52,8 +52,8 @@ pub struct Holder {
     /// The positions (in the order the instances were given to the
     /// builder) of the instances where this identity holds the lock.
     pub instances: Vec<usize>,
-    /// The highest fencing counter among those instances: the holder's
-    /// token (an election's term), as far as the instances still know it.
+    /// The term an election's leader recorded for this holding, as the
+    /// highest among those instances (see `lua/term.lua`).
     pub(crate) counter: Option<u64>,
 }
 
@@ -164,7 +164,7 @@ pub(crate) fn read(
     shared.warmup.wait();
     let start = Instant::now();
     let deadline = shared.round_deadline();
-    let cmd = scripts::packed(&scripts::HOLDER, &[&keys.lock, &keys.fence], &[]);
+    let cmd = scripts::packed(&scripts::HOLDER, &[&keys.lock, &keys.term], &[]);
     let rx = shared.instances.broadcast(&cmd, deadline);
     let n = shared.instances.len();
     let quorum = shared.instances.quorum();

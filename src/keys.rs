@@ -28,6 +28,8 @@ pub(crate) struct Keys {
     pub lock: String,
     pub fence: String,
     pub channel: String,
+    /// An election's term record (see `lua/term.lua`).
+    pub term: String,
     /// The void keys of this resource, without the attempt's value.
     void: String,
 }
@@ -38,6 +40,7 @@ impl Keys {
             lock: format!("{prefix}lock:{{{resource}}}"),
             fence: format!("{prefix}fence:{{{resource}}}"),
             channel: format!("{prefix}released:{{{resource}}}"),
+            term: format!("{prefix}term:{{{resource}}}"),
             void: format!("{prefix}void:{{{resource}}}:"),
         }
     }

