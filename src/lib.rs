@@ -98,11 +98,21 @@
 //! ## Key layout
 //!
 //! With the default prefix `redfence:`, resource `R` uses, on each instance,
-//! `redfence:lock:{R}` (the lock: a random value with the lease's TTL),
+//! `redfence:lock:{R}` (the lock: a random value, then `:` and the holder's
+//! identity, with the lease's TTL),
 //! `redfence:fence:{R}` (the fencing counter; expires after 24 h unused),
 //! the pub/sub channel `redfence:released:{R}`, and, for a failed attempt
 //! with value `V` whose clean-up arrived before its acquire,
-//! `redfence:void:{R}:V` (expires with the TTL).
+//! `redfence:void:{R}:V` (expires with the TTL); an election also uses
+//! `redfence:term:{R}` (its leader's term, see `docs/coordination.md`).
+//!
+//! ## Coordination
+//!
+//! [`RedlockBuilder::identity`] names a client to others ([`Error::Contended`]
+//! and [`Redlock::holder`] report it), [`LockOptions::hold_at_least`] runs a
+//! scheduled job once across machines, and [`Redlock::election`] elects a
+//! leader whose term is a fencing token. `docs/coordination.md` has all
+//! three.
 //!
 //! ## Observability
 //!
