@@ -150,7 +150,10 @@ impl Election {
             &[lease.value.as_bytes(), term.as_bytes(), idle.as_bytes()],
         );
         let deadline = shared.round_deadline();
-        let _ = shared.instances.round(&cmd, 1, deadline, yes_no).wait(deadline);
+        let _ = shared
+            .instances
+            .round(&cmd, 1, deadline, yes_no)
+            .wait(deadline);
     }
 
     /// Who leads now, as a quorum of the instances sees it: `None` while
@@ -184,9 +187,8 @@ impl Election {
             .spawn(move || observe(&locks, &resource, poll, &tx, &stop_rx));
         let mut observers = self.observers.lock();
         // Threads whose receiver is gone have ended: join them.
-        let (done, live): (Vec<Observer>, Vec<Observer>) = observers
-            .drain(..)
-            .partition(|o| o.thread.is_finished());
+        let (done, live): (Vec<Observer>, Vec<Observer>) =
+            observers.drain(..).partition(|o| o.thread.is_finished());
         for o in done {
             let _ = o.thread.join();
         }
@@ -311,7 +313,9 @@ fn observe(
             .map(|h| h.filter(|h| h.counter.is_some()));
         if let Ok(holder) = reading {
             let event = match (holder, &current) {
-                (Some(h), Some((identity, term))) if h.identity == *identity && h.counter == *term => {
+                (Some(h), Some((identity, term)))
+                    if h.identity == *identity && h.counter == *term =>
+                {
                     None
                 }
                 (Some(h), _) => {
@@ -365,7 +369,9 @@ pub struct Leadership {
 impl Leadership {
     fn guard(&self) -> &LockGuard {
         // Taken out only by resign(self) and drop.
-        self.guard.as_ref().expect("a live Leadership holds its guard")
+        self.guard
+            .as_ref()
+            .expect("a live Leadership holds its guard")
     }
 
     /// The term: the fencing token of this leadership, higher than every

@@ -99,7 +99,9 @@ pub(crate) fn validate_identity(identity: &str) -> Result<(), Error> {
     } else {
         return Ok(());
     };
-    Err(Error::invalid_config(format!("identity {identity:?}: {reason}")))
+    Err(Error::invalid_config(format!(
+        "identity {identity:?}: {reason}"
+    )))
 }
 
 /// A fresh lock value: the secret random part, then the public identity.
@@ -109,10 +111,7 @@ pub(crate) fn lock_value(identity: &str) -> String {
 
 /// The identity most of the answering instances named, if more than half
 /// of them named the same one.
-pub(crate) fn agreed<'a>(
-    named: impl Iterator<Item = &'a str>,
-    answered: usize,
-) -> Option<String> {
+pub(crate) fn agreed<'a>(named: impl Iterator<Item = &'a str>, answered: usize) -> Option<String> {
     let mut counts: HashMap<&str, usize> = HashMap::new();
     for identity in named {
         *counts.entry(identity).or_default() += 1;
@@ -140,12 +139,15 @@ fn classify(values: &[Value]) -> Vote<Reading, ()> {
     if let [Value::Array(items)] = values {
         match items.as_slice() {
             [Value::Int(0)] => return Vote::Yes(Reading::Free),
-            [Value::Int(1), Value::Int(pttl), Value::BulkString(identity), Value::BulkString(counter)] => {
+            [Value::Int(1), Value::Int(pttl), Value::BulkString(identity), Value::BulkString(counter)] =>
+            {
                 let pttl = u64::try_from(*pttl).ok().map(Duration::from_millis);
                 return Vote::Yes(Reading::Held {
                     pttl,
                     identity: String::from_utf8_lossy(identity).into_owned(),
-                    counter: std::str::from_utf8(counter).ok().and_then(|c| c.parse().ok()),
+                    counter: std::str::from_utf8(counter)
+                        .ok()
+                        .and_then(|c| c.parse().ok()),
                 });
             }
             _ => {}
@@ -187,7 +189,10 @@ pub(crate) fn read(
             Vote::Failed(e) => errors.push(InstanceError::new(names[index], e.kind(), e.detail())),
         }
     }
-    if errors.iter().any(|e| e.kind() == InstanceErrorKind::WrongType) {
+    if errors
+        .iter()
+        .any(|e| e.kind() == InstanceErrorKind::WrongType)
+    {
         return Err(Error::WrongType {
             resource: name.to_string(),
             errors,

@@ -77,10 +77,8 @@ struct Scratch(std::path::PathBuf);
 
 impl Scratch {
     fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "redfence-cli-coord-{name}-{}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("redfence-cli-coord-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("scratch dir");
         Scratch(dir)
     }
@@ -109,13 +107,17 @@ fn status_and_conflicts_show_the_identity_never_the_secret() {
         started = scratch.path("started"),
         go = scratch.path("go")
     );
-    let holder = run_cmd(&cluster, &["--identity", "report-host-1"], "report", &script)
-        .spawn()
-        .expect("redfence starts");
-    assert!(eventually(Duration::from_secs(10), || std::path::Path::new(
-        &scratch.path("started")
+    let holder = run_cmd(
+        &cluster,
+        &["--identity", "report-host-1"],
+        "report",
+        &script,
     )
-    .exists()));
+    .spawn()
+    .expect("redfence starts");
+    assert!(eventually(Duration::from_secs(10), || {
+        std::path::Path::new(&scratch.path("started")).exists()
+    }));
     let value = (0..5)
         .find_map(|i| cluster.server(i).get(&lock_key("report")))
         .expect("a lock value");
@@ -199,9 +201,8 @@ fn five_runs_started_apart_with_a_hold_run_the_command_once() {
 fn hold_at_least_is_read_from_the_environment() {
     let cluster = RedisCluster::start(3);
     let started = Instant::now();
-    let out = output(
-        run_cmd(&cluster, &[], "env-hold", "true").env("REDFENCE_HOLD_AT_LEAST", "2s"),
-    );
+    let out =
+        output(run_cmd(&cluster, &[], "env-hold", "true").env("REDFENCE_HOLD_AT_LEAST", "2s"));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     // Done at once, still held for the rest of the 2 s.
     assert!(cluster.server(0).exists(&lock_key("env-hold")));

@@ -61,7 +61,10 @@ fn election_child() {
         .unwrap()
         .get_connection()
         .unwrap();
-    let locks = Redlock::builder(urls).identity(identity.as_str()).build().unwrap();
+    let locks = Redlock::builder(urls)
+        .identity(identity.as_str())
+        .build()
+        .unwrap();
     let election = locks.election("scheduler").unwrap().lease(LEASE);
     let (_never, stop) = crossbeam_channel::bounded::<()>(0);
     election
@@ -80,7 +83,9 @@ struct Children(Vec<Child>);
 impl Drop for Children {
     fn drop(&mut self) {
         for c in &mut self.0 {
-            let _ = Command::new("kill").args(["-CONT", &c.id().to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-CONT", &c.id().to_string()])
+                .status();
             let _ = c.kill();
             let _ = c.wait();
         }
@@ -89,7 +94,12 @@ impl Drop for Children {
 
 fn spawn_child(identity: &str, cluster: &RedisCluster, store: &RedisServer) -> Child {
     Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "election_child", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "election_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_ENV, identity)
         .env("URLS", cluster.urls().join(","))
         .env("STORE", store.url())
@@ -123,7 +133,10 @@ fn log(store: &RedisServer) -> Vec<(u64, String)> {
 fn check_log(store: &RedisServer) -> Vec<(u64, String)> {
     let entries = log(store);
     for w in entries.windows(2) {
-        assert!(w[0].0 <= w[1].0, "an older term was accepted after a newer one: {w:?}");
+        assert!(
+            w[0].0 <= w[1].0,
+            "an older term was accepted after a newer one: {w:?}"
+        );
         if w[0].0 == w[1].0 {
             assert_eq!(w[0].1, w[1].1, "two leaders with one term");
         }
@@ -147,14 +160,20 @@ fn three_processes_one_leader_at_a_time_and_a_stopped_leader_is_replaced() {
     );
     let (term, leader) = log(&store).last().cloned().unwrap();
     // Every write so far came from that one leader.
-    assert!(check_log(&store).iter().all(|(t, id)| (*t, id.as_str()) == (term, &leader)));
+    assert!(check_log(&store)
+        .iter()
+        .all(|(t, id)| (*t, id.as_str()) == (term, &leader)));
 
     let index = ["node-a", "node-b", "node-c"]
         .iter()
         .position(|id| *id == leader)
         .unwrap();
     let pid = children.0[index].id().to_string();
-    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
     let stopped = Instant::now();
     // Another one is elected within the lease plus slack, and writes.
     assert!(
@@ -167,8 +186,15 @@ fn three_processes_one_leader_at_a_time_and_a_stopped_leader_is_replaced() {
     let (new_term, _) = log(&store).last().cloned().unwrap();
     // The old leader's late write, with its term, is refused.
     let mut conn = store.connection();
-    assert!(!fenced_incr(&mut conn, term, &leader), "a deposed leader's write was accepted");
-    assert!(Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+    assert!(
+        !fenced_incr(&mut conn, term, &leader),
+        "a deposed leader's write was accepted"
+    );
+    assert!(Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap()
+        .success());
     // It wakes up, learns it lost, and campaigns again; the leader goes on.
     let before = log(&store).len();
     assert!(eventually(Duration::from_secs(5), || log(&store).len() >= before + 20));
@@ -219,7 +245,10 @@ fn resign_hands_over_at_once_woken_by_the_release() {
     took.sort();
     // Woken by the release: far below the 250 ms fallback poll.
     let median = took[took.len() / 2];
-    assert!(median < Duration::from_millis(100), "handovers took {took:?}");
+    assert!(
+        median < Duration::from_millis(100),
+        "handovers took {took:?}"
+    );
     let err = ea.try_campaign().err().or_else(|| eb.try_campaign().err());
     match err {
         Some(Error::Contended { holder, .. }) => assert!(holder.is_some()),
@@ -230,7 +259,12 @@ fn resign_hands_over_at_once_woken_by_the_release() {
 #[test]
 fn observers_see_every_leader_with_identity_and_term() {
     let cluster = RedisCluster::start(5);
-    let client = |id: &str| Redlock::builder(cluster.urls()).identity(id).build().unwrap();
+    let client = |id: &str| {
+        Redlock::builder(cluster.urls())
+            .identity(id)
+            .build()
+            .unwrap()
+    };
     let (a, b, watcher) = (client("a"), client("b"), client("watcher"));
     let ea = a.election("observed").unwrap().lease(LEASE);
     let eb = b.election("observed").unwrap().lease(LEASE);
@@ -271,11 +305,7 @@ fn observers_see_every_leader_with_identity_and_term() {
 #[test]
 fn a_leader_cut_off_from_a_majority_knows_before_its_lease_ends() {
     let net = Proxied::start(5);
-    let leader = net
-        .builder()
-        .identity("cut-off")
-        .build()
-        .unwrap();
+    let leader = net.builder().identity("cut-off").build().unwrap();
     let election = leader.election("partition").unwrap().lease(LEASE);
     let term = election.campaign().unwrap();
     let lost = term.loss_signal();
@@ -286,8 +316,14 @@ fn a_leader_cut_off_from_a_majority_knows_before_its_lease_ends() {
     let cut = Instant::now();
     // The instances may keep it at most a lease from the last extension,
     // which came before the cut.
-    let reason = lost.recv_timeout(LEASE).expect("loss reported within the lease");
-    assert!(cut.elapsed() < LEASE, "{reason:?} after {:?}", cut.elapsed());
+    let reason = lost
+        .recv_timeout(LEASE)
+        .expect("loss reported within the lease");
+    assert!(
+        cut.elapsed() < LEASE,
+        "{reason:?} after {:?}",
+        cut.elapsed()
+    );
     assert!(!term.is_leader());
     assert!(matches!(term.ensure_leader(), Err(Error::Lost { .. })));
     net.pass_all();
@@ -306,15 +342,25 @@ fn a_leader_cut_off_from_a_majority_knows_before_its_lease_ends() {
 fn election_names_are_validated_and_campaign_for_times_out_as_contended() {
     let cluster = RedisCluster::start(3);
     let locks = Redlock::new(cluster.urls()).unwrap();
-    assert!(matches!(locks.election(""), Err(Error::InvalidResource { .. })));
+    assert!(matches!(
+        locks.election(""),
+        Err(Error::InvalidResource { .. })
+    ));
     assert!(matches!(
         locks.election(&"x".repeat(2000)),
         Err(Error::InvalidResource { .. })
     ));
-    let other = Redlock::builder(cluster.urls()).identity("incumbent").build().unwrap();
+    let other = Redlock::builder(cluster.urls())
+        .identity("incumbent")
+        .build()
+        .unwrap();
     let _term = other.election("e").unwrap().campaign().unwrap();
     let started = Instant::now();
-    match locks.election("e").unwrap().campaign_for(Duration::from_millis(500)) {
+    match locks
+        .election("e")
+        .unwrap()
+        .campaign_for(Duration::from_millis(500))
+    {
         Err(Error::Contended { holder, .. }) => assert_eq!(holder.as_deref(), Some("incumbent")),
         other => panic!("{other:?}"),
     }

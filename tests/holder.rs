@@ -28,14 +28,19 @@ fn contended_and_holder_name_the_identity_never_the_secret() {
     assert_eq!(second.holder("invoice:7").expect("reads"), None);
 
     let guard = first.lock("invoice:7").expect("locks");
-    let value = cluster.server(0).get(&lock_key("invoice:7")).expect("a value");
+    let value = cluster
+        .server(0)
+        .get(&lock_key("invoice:7"))
+        .expect("a value");
     let (secret, identity) = value.split_once(':').expect("RANDOM:IDENTITY");
     assert_eq!(identity, "billing-worker-3");
     assert_eq!(secret.len(), 32);
 
     let err = second.try_lock("invoice:7").expect_err("held");
     match &err {
-        Error::Contended { holder, attempts, .. } => {
+        Error::Contended {
+            holder, attempts, ..
+        } => {
             assert_eq!(holder.as_deref(), Some("billing-worker-3"));
             assert_eq!(*attempts, 1);
         }
