@@ -296,7 +296,7 @@ fn a_held_lock_gives_the_conflict_code_and_the_command_does_not_run() {
     let out = run(&cluster, &["-n"], "busy", &script);
     assert_eq!(code(out.status), 75, "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("held by another client"),
+        stderr(&out).contains(&format!("held by {:?}", locks.identity())),
         "{}",
         stderr(&out)
     );
