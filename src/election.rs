@@ -128,6 +128,9 @@ impl Election {
             .lock_with(&self.resource, self.options.wait(wait))?;
         self.record_term(&guard);
         telemetry::leader_elected(&self.name, guard.token());
+        // From now on a loss of the lease, when it is noticed (by the
+        // watchdog, or by a check), is recorded as a loss of leadership.
+        let _ = guard.lease().election.set(self.name.clone());
         Ok(Leadership {
             guard: Some(guard),
             election: self.name.clone(),
@@ -419,12 +422,15 @@ impl Leadership {
     /// take over at once. [`Error::Lost`] if it was already lost.
     pub fn resign(mut self) -> Result<(), Error> {
         let term = self.term();
-        let lost = !self.is_leader();
         let result = match self.guard.take() {
             Some(guard) => guard.release(),
             None => Ok(()),
         };
-        telemetry::leader_ended(&self.election, term, if lost { "lost" } else { "resigned" });
+        // A loss is recorded where it is noticed (see `Lease::election`);
+        // release() reports one noticed before it.
+        if !matches!(result, Err(Error::Lost { .. })) {
+            telemetry::leader_ended(&self.election, term, "resigned");
+        }
         result
     }
 }
@@ -432,10 +438,13 @@ impl Leadership {
 impl Drop for Leadership {
     fn drop(&mut self) {
         if let Some(guard) = self.guard.take() {
+            // A loss is recorded where it is noticed (see `Lease::election`).
             let lost = !guard.is_held();
             let term = guard.token();
             drop(guard);
-            telemetry::leader_ended(&self.election, term, if lost { "lost" } else { "resigned" });
+            if !lost {
+                telemetry::leader_ended(&self.election, term, "resigned");
+            }
         }
     }
 }

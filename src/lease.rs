@@ -28,6 +28,9 @@ pub(crate) struct Lease {
     /// A release before this keeps the keys until then
     /// ([`LockOptions::hold_at_least`]).
     pub hold_until: Option<Instant>,
+    /// The election this lease is the leadership of, if any: its loss is
+    /// then a loss of leadership too (telemetry).
+    pub election: std::sync::OnceLock<String>,
     state: Mutex<State>,
     changed: Condvar,
     /// Serialises extension rounds, so two of them cannot race to set the
@@ -57,6 +60,7 @@ impl Lease {
             auto_extend: options.get_auto_extend(),
             acquired_at: now,
             hold_until: now.checked_add(options.get_hold_at_least()),
+            election: std::sync::OnceLock::new(),
             state: Mutex::new(State {
                 valid_until: grant.valid_until,
                 ttl: options.get_ttl(),
@@ -118,6 +122,9 @@ impl Lease {
             self.acquired_at.elapsed(),
             reason,
         );
+        if let Some(election) = self.election.get() {
+            telemetry::leader_ended(election, self.tokens[0], "lost");
+        }
         for tx in st.listeners.drain(..) {
             // Each listener has room for its one message.
             let _ = tx.try_send(reason);

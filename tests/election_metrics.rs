@@ -86,4 +86,28 @@ fn leader_gauge_and_changes_are_recorded() {
             .map(|s| s.1),
         Some(0.0)
     );
+
+    // A loss is recorded when the watchdog notices it, before the
+    // leadership is dropped.
+    let election = election.lease(std::time::Duration::from_secs(1));
+    let term = election.campaign().unwrap();
+    let _ = changes(&snap);
+    for server in &cluster {
+        server.del("redfence:lock:{election:metered}");
+    }
+    let lost = term.loss_signal();
+    lost.recv_timeout(std::time::Duration::from_secs(3))
+        .expect("the watchdog notices");
+    let after = changes(&snap);
+    let lost = after
+        .iter()
+        .find(|(labels, _)| labels.iter().any(|l| l == "change=lost"))
+        .map(|(_, v)| *v);
+    assert_eq!(lost, Some(1.0), "{after:?}");
+    drop(term);
+    let after = changes(&snap);
+    assert!(
+        after.iter().all(|(_, v)| *v == 0.0),
+        "counted twice: {after:?}"
+    );
 }
