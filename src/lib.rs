@@ -209,5 +209,10 @@ mod tests {
         send_sync::<InstanceError>();
         send_sync::<FencingToken>();
         send_sync::<LockOptions>();
+        send_sync::<Election>();
+        send_sync::<Leadership>();
+        send_sync::<Holder>();
+        send_sync::<LeaderInfo>();
+        send_sync::<LeaderEvent>();
     }
 }
