@@ -69,6 +69,10 @@ impl Redlock {
         &self.inner.shared
     }
 
+    pub(crate) fn notifier(&self) -> &Notifier {
+        &self.inner.notifier
+    }
+
     /// Locks `resource`, retrying until the default wait budget (10 s unless
     /// set with [`RedlockBuilder::default_options`](crate::RedlockBuilder::default_options)) is spent.
     pub fn lock(&self, resource: &str) -> Result<LockGuard, Error> {

@@ -147,15 +147,22 @@ impl Election {
         let keys = &lease.target.members[0].keys;
         let term = guard.token().get().to_string();
         let idle = shared.cfg.fence_idle.as_millis().to_string();
-        let cmd = scripts::packed(
+        let record = scripts::packed(
             &scripts::TERM,
             &[&keys.lock, &keys.term],
             &[lease.value.as_bytes(), term.as_bytes(), idle.as_bytes()],
         );
+        // Then announced on the release channel: observers read at once.
+        // (Standbys waiting there try once more and wait again.)
+        let announce = redis::cmd("PUBLISH")
+            .arg(&keys.channel)
+            .arg("elected")
+            .get_packed_command();
+        let cmd: std::sync::Arc<[u8]> = [&record[..], &announce[..]].concat().into();
         let deadline = shared.round_deadline();
         let _ = shared
             .instances
-            .round(&cmd, 1, deadline, yes_no)
+            .round(&cmd, 2, deadline, yes_no)
             .wait(deadline);
     }
 
@@ -173,8 +180,10 @@ impl Election {
     /// term seen, [`LeaderEvent::Vacant`] when a term seen elected has
     /// ended and nobody leads yet. The first event describes the current
     /// leader, if any; a Vacant is never sent for a term that was not seen
-    /// elected. A change is seen within a poll (a tenth of the lease, at
-    /// most 100 ms) of its reaching the instances.
+    /// elected. Pushed: the observer reads the instances when a release or
+    /// an election is announced on the election's channel, and every poll
+    /// (a tenth of the lease, at most 100 ms) in case an announcement was
+    /// missed or a leader died without one.
     ///
     /// One named thread reads the instances for each receiver; it stops
     /// when the receiver is dropped (at the next change) or the election
@@ -306,6 +315,10 @@ fn observe(
     events: &Sender<LeaderEvent>,
     stop: &Receiver<()>,
 ) {
+    let Ok(target) = crate::keys::Target::one(&locks.shared().cfg.prefix, resource) else {
+        return; // validated when the election was created
+    };
+    let announced = locks.notifier().observe(&[&target.members[0].keys.channel]);
     // The term last reported elected, if any.
     let mut current: Option<(Option<String>, Option<u64>)> = None;
     loop {
@@ -341,9 +354,10 @@ fn observe(
             }
         }
         let wait = poll.saturating_sub(started.elapsed());
-        match stop.recv_timeout(wait) {
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-            _ => return,
+        crossbeam_channel::select! {
+            recv(stop) -> _ => return,
+            recv(announced.wake_signal()) -> _ => {}
+            default(wait) => {}
         }
     }
 }

@@ -272,31 +272,41 @@ fn observers_see_every_leader_with_identity_and_term() {
     let events = ew.observe();
     assert_eq!(ew.leader().unwrap(), None);
     let mut expected = Vec::new();
-    for (e, id) in [(&ea, "a"), (&eb, "b"), (&ea, "a")] {
+    let mut elected = Vec::new();
+    // Each leader resigns only once the observer reported it; the next one
+    // campaigns at once.
+    for (e, id) in [(&ea, "a"), (&eb, "b"), (&ea, "a"), (&eb, "b")] {
         let term = e.campaign().unwrap();
         let info = ew.leader().unwrap().expect("a leader");
         assert_eq!(info.identity.as_deref(), Some(id));
         assert_eq!(info.term, Some(term.term()));
-        // Long enough for the observer's poll to see it.
-        std::thread::sleep(Duration::from_millis(400));
         expected.push((id.to_string(), term.term()));
-        term.resign().unwrap();
-        std::thread::sleep(Duration::from_millis(400));
-    }
-    let mut elected = Vec::new();
-    let mut seen_elected = false;
-    loop {
-        match events.recv_timeout(Duration::from_millis(500)) {
-            Ok(LeaderEvent::Elected { identity, term }) => {
-                seen_elected = true;
-                elected.push((identity.unwrap(), term.unwrap()));
+        loop {
+            match events.recv_timeout(Duration::from_secs(5)) {
+                Ok(LeaderEvent::Elected { identity, term: t }) => {
+                    let seen = (identity.unwrap(), t.unwrap());
+                    let done = seen == (id.to_string(), term.term());
+                    elected.push(seen);
+                    if done {
+                        break;
+                    }
+                }
+                Ok(LeaderEvent::Vacant) => assert!(!elected.is_empty(), "Vacant before Elected"),
+                Ok(other) => panic!("{other:?}"),
+                Err(e) => panic!("{id} was never reported elected: {e}"),
             }
-            Ok(LeaderEvent::Vacant) => assert!(seen_elected, "Vacant before any Elected"),
-            Ok(other) => panic!("{other:?}"),
-            Err(RecvTimeoutError::Timeout) => break,
-            Err(e) => panic!("{e}"),
         }
+        term.resign().unwrap();
     }
+    // After the last resignation: Vacant, and nothing else.
+    assert_eq!(
+        events.recv_timeout(Duration::from_secs(5)),
+        Ok(LeaderEvent::Vacant)
+    );
+    assert_eq!(
+        events.recv_timeout(Duration::from_millis(300)),
+        Err(RecvTimeoutError::Timeout)
+    );
     assert_eq!(elected, expected);
     drop(ew); // joins the observer
     assert!(events.recv_timeout(Duration::from_secs(1)).is_err());
