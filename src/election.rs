@@ -102,12 +102,20 @@ impl Election {
         &self.name
     }
 
+    /// One lock call of a campaign: the slice, plus the two instance
+    /// timeouts a lock call keeps free at the end of its budget (without
+    /// them a slow client's call would make one attempt and return, and
+    /// the campaign would spin).
+    fn slice(&self) -> Duration {
+        CAMPAIGN_SLICE + self.locks.shared().cfg.instance_timeout * 2
+    }
+
     /// Campaigns until elected: blocks while another client leads, and is
     /// woken at once when it resigns. Returns early only on an error that
     /// waiting cannot fix (a foreign value on the keys, bad options).
     pub fn campaign(&self) -> Result<Leadership, Error> {
         loop {
-            match self.campaign_for(CAMPAIGN_SLICE) {
+            match self.campaign_for(self.slice()) {
                 Err(e) if e.is_retryable() => continue,
                 other => return other,
             }
@@ -258,7 +266,7 @@ impl Election {
                 if stopped(stop) {
                     return Ok(());
                 }
-                match self.campaign_for(CAMPAIGN_SLICE) {
+                match self.campaign_for(self.slice()) {
                     Ok(term) => break term,
                     Err(e) if e.is_retryable() => {}
                     Err(e) => return Err(e.into()),
