@@ -169,6 +169,11 @@ pub mod testing;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+/// Compiles the coordination guide's examples too.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/coordination.md")]
+struct CoordinationDoctests;
+
 /// The channel crate of [`LockGuard::loss_signal`], re-exported so that
 /// `select!` works without matching versions by hand.
 pub use crossbeam_channel;
