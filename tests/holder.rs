@@ -190,3 +190,38 @@ fn a_hold_longer_than_30_days_is_refused() {
         Err(Error::InvalidOptions { .. })
     ));
 }
+
+/// A least-privilege ACL user (`acl_rules`) can use every coordination
+/// pattern: holder(), a release within the hold, an election with its
+/// recorded term and announcement.
+#[test]
+fn the_acl_rules_allow_the_coordination_scripts() {
+    use redfence::testing::ServerOptions;
+    let rules = redfence::acl_rules("redfence:").join(" ");
+    let cluster = RedisCluster::start_with(
+        3,
+        ServerOptions {
+            acl_users: vec![format!("worker on >pw-123 {rules}")],
+            ..Default::default()
+        },
+    );
+    let locks = Redlock::builder(cluster.urls_as("worker", "pw-123"))
+        .identity("acl-worker")
+        .instance_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let opts = LockOptions::new().hold_at_least(Duration::from_secs(2));
+    let guard = locks.lock_with("acl-job", opts).expect("locks");
+    let holder = locks.holder("acl-job").expect("reads").expect("held");
+    assert_eq!(holder.identity.as_deref(), Some("acl-worker"));
+    guard
+        .release()
+        .expect("the hold release runs under the ACL");
+    assert!(holders(&cluster, "acl-job") >= 2, "kept for the hold");
+
+    let election = locks.election("acl-election").unwrap();
+    let term = election.campaign().expect("campaigns");
+    let info = election.leader().expect("reads").expect("a leader");
+    assert_eq!(info.term, Some(term.term()), "the term was recorded");
+    term.resign().expect("resigns");
+}
