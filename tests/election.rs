@@ -377,3 +377,56 @@ fn election_names_are_validated_and_campaign_for_times_out_as_contended() {
     assert!(started.elapsed() >= Duration::from_millis(400));
     assert!(format!("{:?}", locks.election("e").unwrap()).contains("Election"));
 }
+
+/// `run` calls nothing while another client leads, returns when `stop`
+/// fires, and returns the closure's error (resigning first).
+#[test]
+fn run_leads_only_after_winning_stops_on_stop_and_returns_errors() {
+    let cluster = RedisCluster::start(3);
+    let client = |id: &str| {
+        Redlock::builder(cluster.urls())
+            .identity(id)
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (client("incumbent"), client("runner"));
+    let incumbent = a.election("svc").unwrap().lease(LEASE);
+    let runner = b.election("svc").unwrap().lease(LEASE);
+    let held = incumbent.campaign().unwrap();
+
+    let (stop_tx, stop) = crossbeam_channel::bounded::<()>(0);
+    let started = Instant::now();
+    let result = std::thread::scope(|s| {
+        let running = s.spawn(|| {
+            runner.run(&stop, |_term| -> Result<(), Error> {
+                panic!("called without having won")
+            })
+        });
+        std::thread::sleep(Duration::from_millis(500)); // campaigning meanwhile
+        drop(stop_tx);
+        running.join().unwrap()
+    });
+    assert!(result.is_ok());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "stop was not seen"
+    );
+    held.resign().unwrap();
+
+    #[derive(Debug)]
+    struct Failed(u64);
+    impl From<Error> for Failed {
+        fn from(_: Error) -> Self {
+            Failed(0)
+        }
+    }
+    let (_keep, stop) = crossbeam_channel::bounded::<()>(0);
+    let failed = runner.run(&stop, |term| Err(Failed(term.term().get())));
+    let Err(Failed(term)) = failed else {
+        panic!("the closure's error was swallowed: {failed:?}")
+    };
+    assert!(term > 0);
+    // Resigned on the way out: the incumbent leads again at once.
+    let again = incumbent.try_campaign().expect("free after run returned");
+    assert!(again.term().get() > term);
+}
