@@ -61,16 +61,14 @@ m acquire-resend-bumps-again lua/acquire.lua "late_requests" \
   "if current and resent and false then"
 
 m set-acquired-though-held lua/acquire.lua "lock multi" \
-  "if held or (ours > 0 and not resent) then
-  return {0}
-end" \
-  "if held and false then
-  return {0}
-end"
+  "if held then
+  local identity" \
+  "if false then
+  local identity"
 
 m set-granted-with-a-member-ours-and-one-free lua/acquire.lua "late_requests" \
-  "if held or (ours > 0 and not resent) then" \
-  "if held then"
+  "if ours > 0 and not resent then" \
+  "if false then"
 
 m acquire-without-clock-floor lua/acquire.lua "fencing late_requests" \
   "return math.max(tonumber(current) + 1, base)" \

@@ -5,7 +5,10 @@
 -- clean-up arrives before this request)
 -- ARGV[1] lock value, ARGV[2] ttl in ms, ARGV[3] counter idle expiry in ms,
 -- ARGV[4] the client's proposal for new tokens, in microseconds
--- Returns {1, token...} when granted, {0} when refused.
+-- Returns {1, token...} when granted; {0} when refused, or {0, identity}
+-- when refused because a member is held: the holder's identity, the part of
+-- its value after the first ':' (the random part before it, the holder's
+-- secret, never leaves the instance). A refusal writes nothing.
 --
 -- This request may run late: after the client gave up on it, after later
 -- requests, after the instance lost or rolled back its data, or twice (a
@@ -61,6 +64,10 @@ if n == 2 then
   end
   local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
   if holder and holder ~= ARGV[1] then
+    local identity = string.match(holder, '^[^:]*:(.*)$')
+    if identity then
+      return {0, identity}
+    end
     return {0}
   end
   -- A holder equal to our value: this request ran before and its reply
@@ -71,13 +78,17 @@ if n == 2 then
 end
 
 local ours, held = 0, false
+local holder = nil
 local counters = {}
 for i = 1, n, 2 do
   local lock_type = redis.call('TYPE', KEYS[i])['ok']
   if lock_type == 'string' then
-    if redis.call('GET', KEYS[i]) == ARGV[1] then
+    local value = redis.call('GET', KEYS[i])
+    if value == ARGV[1] then
       ours = ours + 1
     else
+      -- The first member held by someone else names the holder.
+      holder = holder or value
       held = true
     end
   elseif lock_type ~= 'none' then
@@ -92,7 +103,14 @@ end
 -- Every member ours: this request ran before, its reply was lost. Granted
 -- again as it stands, counters not bumped twice.
 local resent = ours == n / 2
-if held or (ours > 0 and not resent) then
+if held then
+  local identity = string.match(holder, '^[^:]*:(.*)$')
+  if identity then
+    return {0, identity}
+  end
+  return {0}
+end
+if ours > 0 and not resent then
   return {0}
 end
 local reply = {1}

@@ -13,7 +13,9 @@
 ///   when a subscriber connection is put down).
 /// - Called by the scripts: `exists`, `type`, `get`, `set`, `time`
 ///   (acquisition), `get`, `pexpire`, `time` (raise round and extension),
-///   `get`, `del`, `set` (release).
+///   `get`, `del`, `set` (release), `get`, `pexpire`, `set` (a release
+///   within [`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least)),
+///   `get`, `pttl`, `get` ([`Redlock::holder`](crate::Redlock::holder)).
 ///
 /// redis-rs also sends `CLIENT SETINFO` when it connects and ignores the
 /// answer, so it need not be allowed.
@@ -34,6 +36,8 @@ pub const ACL_COMMANDS: &[&str] = &[
     "evalsha",
     "script|load",
     "type",
+    // Redlock::holder and elections: the lock's remaining time.
+    "pttl",
 ];
 
 /// The ACL rules (for `ACL SETUSER name on >password RULES…`) that allow

@@ -56,7 +56,7 @@ impl From<Error> for Failure {
 pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result<Grant, Failure> {
     let cfg = &shared.cfg;
     let instances = &shared.instances;
-    let value = uuid::Uuid::new_v4().simple().to_string();
+    let value = crate::holder::lock_value(&cfg.identity);
     let proposal = instances.clock_proposal();
     let start = Instant::now();
     let deadline = start + cfg.instance_timeout;
@@ -90,9 +90,12 @@ pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result
         } else if tally.failed.len() > instances.len() - quorum {
             unavailable(granted, tally.failed)
         } else {
+            let answered = tally.yes.len() + tally.no.len() + tally.failed.len();
+            let named = tally.no.iter().filter_map(|(_, h)| h.as_deref());
             Error::Contended {
                 resource: target.name.clone(),
                 attempts: 1,
+                holder: crate::holder::agreed(named, answered),
             }
         };
         return Err(Failure { error, granted });
@@ -170,14 +173,18 @@ fn pack_raise(lagging: &[(&Keys, u64)], value: &str, idle: Duration) -> Arc<[u8]
     bytes.into()
 }
 
-/// `{1, token...}` is a grant (of every member), `{0}` a refusal.
-fn classify_acquire(values: &[Value]) -> Vote<Vec<u64>, ()> {
+/// `{1, token...}` is a grant (of every member), `{0}` a refusal, `{0,
+/// identity}` a refusal naming the holder.
+fn classify_acquire(values: &[Value]) -> Vote<Vec<u64>, Option<String>> {
     if let Some(vote) = error_reply(values) {
         return vote;
     }
     if let [Value::Array(items)] = values {
         match items.split_first() {
-            Some((Value::Int(0), [])) => return Vote::No(()),
+            Some((Value::Int(0), [])) => return Vote::No(None),
+            Some((Value::Int(0), [Value::BulkString(identity)])) => {
+                return Vote::No(Some(String::from_utf8_lossy(identity).into_owned()))
+            }
             Some((Value::Int(1), counters)) => {
                 let counters: Option<Vec<u64>> = counters
                     .iter()
@@ -209,7 +216,12 @@ mod tests {
         ])];
         assert!(matches!(classify_acquire(&granted), Vote::Yes(c) if c == [7, 9]));
         let refused = [Value::Array(vec![Value::Int(0)])];
-        assert!(matches!(classify_acquire(&refused), Vote::No(())));
+        assert!(matches!(classify_acquire(&refused), Vote::No(None)));
+        let named = [Value::Array(vec![
+            Value::Int(0),
+            Value::BulkString(b"worker:1".to_vec()),
+        ])];
+        assert!(matches!(classify_acquire(&named), Vote::No(Some(h)) if h == "worker:1"));
         let odd = [Value::BulkString(b"secret".to_vec())];
         let Vote::Failed(e) = classify_acquire(&odd) else {
             panic!("unexpected reply")

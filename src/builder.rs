@@ -235,6 +235,27 @@ impl RedlockBuilder {
         self
     }
 
+    /// The name this client shows to others: in
+    /// [`Error::Contended`](crate::Error::Contended), in
+    /// [`Redlock::holder`](crate::Redlock::holder), in election events and
+    /// in `redfence status`. It travels inside the lock value, next to the
+    /// random part that stays secret, so it costs no key and no command.
+    /// 1 to 128 bytes of printable ASCII; anything else makes
+    /// [`build`](Self::build) fail with [`Error::InvalidConfig`].
+    ///
+    /// Defaults to `hostname:pid`.
+    ///
+    /// ```no_run
+    /// let locks = redfence::Redlock::builder(["redis://10.0.0.1"])
+    ///     .identity("billing-worker-3")
+    ///     .build()?;
+    /// # Ok::<(), redfence::Error>(())
+    /// ```
+    pub fn identity(mut self, identity: impl Into<String>) -> Self {
+        self.config.identity = identity.into();
+        self
+    }
+
     /// Validates the configuration, starts the client's workers and
     /// watchdog, and starts connecting in the background. Does not fail
     /// for instances that are down: they are unavailable until they come
@@ -343,6 +364,7 @@ impl RedlockBuilder {
         }
         let cfg = &self.config;
         validate_prefix(&cfg.prefix)?;
+        crate::holder::validate_identity(&cfg.identity)?;
         if cfg.connect_timeout < Duration::from_millis(1)
             || cfg.connect_timeout > Duration::from_secs(3600)
         {

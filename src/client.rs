@@ -72,6 +72,10 @@ impl Redlock {
         &self.inner.shared
     }
 
+    pub(crate) fn notifier(&self) -> &Notifier {
+        &self.inner.notifier
+    }
+
     /// Locks `resource`, retrying until the default wait budget (10 s unless
     /// set with [`RedlockBuilder::default_options`](crate::RedlockBuilder::default_options)) is spent.
     pub fn lock(&self, resource: &str) -> Result<LockGuard, Error> {
@@ -236,9 +240,12 @@ impl Redlock {
                 Err(failure) => failure,
             };
             let error = match failure.error {
-                Error::Contended { resource, .. } => Error::Contended {
+                Error::Contended {
+                    resource, holder, ..
+                } => Error::Contended {
                     resource,
                     attempts: *attempts,
+                    holder,
                 },
                 other => other,
             };
@@ -286,6 +293,31 @@ impl Redlock {
                 }
             }
         }
+    }
+
+    /// Who holds `resource`, read on every instance: the identity a quorum
+    /// of instances holds the lock for, the remaining TTL a quorum agrees
+    /// on, and the positions of the instances that hold it. `Ok(None)` when
+    /// no identity holds it on a quorum (free, expiring, or being taken).
+    /// Fails with [`Error::Unavailable`] when fewer than a quorum answered.
+    ///
+    /// ```no_run
+    /// # let locks = redfence::Redlock::new(["redis://127.0.0.1:7001"])?;
+    /// match locks.holder("nightly-report")? {
+    ///     Some(h) => println!("held by {:?} for {:?}", h.identity, h.ttl),
+    ///     None => println!("free"),
+    /// }
+    /// # Ok::<(), redfence::Error>(())
+    /// ```
+    pub fn holder(&self, resource: &str) -> Result<Option<crate::Holder>, Error> {
+        let target = Target::one(&self.shared().cfg.prefix, resource)?;
+        crate::holder::read(self.shared(), resource, &target.members[0].keys)
+    }
+
+    /// This client's identity, as others see it
+    /// ([`RedlockBuilder::identity`](crate::RedlockBuilder::identity)).
+    pub fn identity(&self) -> &str {
+        &self.shared().cfg.identity
     }
 
     /// Number of instances.

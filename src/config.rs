@@ -33,6 +33,8 @@ pub(crate) struct Config {
     pub max_extensions: Option<u32>,
     pub max_lease_lifetime: Option<Duration>,
     pub max_pipeline: usize,
+    /// Shown to other clients inside our lock values (see `holder.rs`).
+    pub identity: String,
 }
 
 impl Config {
@@ -63,6 +65,12 @@ impl Config {
                 self.instance_timeout
             )));
         }
+        if opts.get_hold_at_least() > MAX_TTL {
+            return Err(Error::invalid_options(format!(
+                "hold_at_least {:?} is longer than the 30 day limit",
+                opts.get_hold_at_least()
+            )));
+        }
         if std::time::Instant::now()
             .checked_add(opts.get_wait())
             .is_none()
@@ -91,6 +99,7 @@ impl Default for Config {
             max_extensions: None,
             max_lease_lifetime: None,
             max_pipeline: 256,
+            identity: crate::holder::default_identity(),
         }
     }
 }

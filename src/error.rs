@@ -21,6 +21,12 @@ pub enum Error {
         resource: String,
         /// How many acquisition attempts were made.
         attempts: u32,
+        /// The current holder's identity
+        /// ([`RedlockBuilder::identity`](crate::RedlockBuilder::identity)),
+        /// where more than half of the instances that answered the last
+        /// attempt named the same one; `None` otherwise (or for a holder
+        /// that predates identities). Never the secret part of its value.
+        holder: Option<String>,
     },
     /// Too few instances answered for a quorum to be reached or ruled out.
     /// Each failing instance's error is listed.
@@ -108,10 +114,18 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Contended { resource, attempts } => write!(
-                f,
-                "lock on {resource:?} is held by another client ({attempts} attempt(s))"
-            ),
+            Error::Contended {
+                resource,
+                attempts,
+                holder,
+            } => {
+                write!(f, "lock on {resource:?} is held by ")?;
+                match holder {
+                    Some(holder) => write!(f, "{holder:?}")?,
+                    None => f.write_str("another client")?,
+                }
+                write!(f, " ({attempts} attempt(s))")
+            }
             Error::Unavailable {
                 resource,
                 quorum,

@@ -169,6 +169,11 @@ impl LockGuard {
         self.held.lease.tokens[0]
     }
 
+    /// The lease, for the coordination patterns built on the guard.
+    pub(crate) fn lease(&self) -> &Lease {
+        &self.held.lease
+    }
+
     /// The locked resource.
     pub fn resource(&self) -> &str {
         &self.held.lease.target.members[0].resource

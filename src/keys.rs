@@ -6,6 +6,7 @@
 //! - `P fence:{R}`: the last fencing counter, an integer string that expires
 //!   after the counter idle time;
 //! - `P released:{R}`: the pub/sub channel a release is announced on;
+//! - `P term:{R}`: an election's term record (`lua/term.lua`);
 //! - `P void:{R}:V`: written by the clean-up of an attempt with lock value
 //!   `V` that found no lock of its own (the attempt's acquire may still be
 //!   on its way); it makes that acquire refuse, and expires with the TTL.
@@ -28,6 +29,8 @@ pub(crate) struct Keys {
     pub lock: String,
     pub fence: String,
     pub channel: String,
+    /// An election's term record (see `lua/term.lua`).
+    pub term: String,
     /// The void keys of this resource, without the attempt's value.
     void: String,
 }
@@ -38,6 +41,7 @@ impl Keys {
             lock: format!("{prefix}lock:{{{resource}}}"),
             fence: format!("{prefix}fence:{{{resource}}}"),
             channel: format!("{prefix}released:{{{resource}}}"),
+            term: format!("{prefix}term:{{{resource}}}"),
             void: format!("{prefix}void:{{{resource}}}:"),
         }
     }

@@ -25,6 +25,12 @@ pub(crate) struct Lease {
     pub tokens: Vec<FencingToken>,
     pub auto_extend: bool,
     pub acquired_at: Instant,
+    /// A release before this keeps the keys until then
+    /// ([`LockOptions::hold_at_least`]).
+    pub hold_until: Option<Instant>,
+    /// The election this lease is the leadership of, if any: its loss is
+    /// then a loss of leadership too (telemetry).
+    pub election: std::sync::OnceLock<String>,
     state: Mutex<State>,
     changed: Condvar,
     /// Serialises extension rounds, so two of them cannot race to set the
@@ -46,12 +52,15 @@ pub(crate) struct State {
 
 impl Lease {
     pub fn new(target: Target, grant: Grant, options: &LockOptions) -> Self {
+        let now = Instant::now();
         Lease {
             target,
             value: grant.value,
             tokens: grant.tokens,
             auto_extend: options.get_auto_extend(),
-            acquired_at: Instant::now(),
+            acquired_at: now,
+            hold_until: now.checked_add(options.get_hold_at_least()),
+            election: std::sync::OnceLock::new(),
             state: Mutex::new(State {
                 valid_until: grant.valid_until,
                 ttl: options.get_ttl(),
@@ -113,6 +122,9 @@ impl Lease {
             self.acquired_at.elapsed(),
             reason,
         );
+        if let Some(election) = self.election.get() {
+            telemetry::leader_ended(election, self.tokens[0], "lost");
+        }
         for tx in st.listeners.drain(..) {
             // Each listener has room for its one message.
             let _ = tx.try_send(reason);
@@ -175,7 +187,19 @@ pub(crate) fn send_release(
     if st.released {
         return None;
     }
-    let (cmd, commands) = scripts::release_and_announce(&lease.target, &lease.value, st.ttl);
+    // Before the hold is over, the keys stay until then (where they are
+    // still ours) and nothing is announced.
+    let hold = lease
+        .hold_until
+        .map(|until| until.saturating_duration_since(Instant::now()))
+        .filter(|rest| *rest >= Duration::from_millis(1));
+    let (cmd, commands) = match hold {
+        Some(rest) => (
+            scripts::release_hold(&lease.target, &lease.value, st.ttl, rest),
+            1,
+        ),
+        None => scripts::release_and_announce(&lease.target, &lease.value, st.ttl),
+    };
     // A lease past its validity that nobody observed yet is lost, exactly
     // as if the watchdog had got there first.
     let was_lost = lease.loss_locked(&mut st, Instant::now()).is_some();

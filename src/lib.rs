@@ -98,11 +98,21 @@
 //! ## Key layout
 //!
 //! With the default prefix `redfence:`, resource `R` uses, on each instance,
-//! `redfence:lock:{R}` (the lock: a random value with the lease's TTL),
+//! `redfence:lock:{R}` (the lock: a random value, then `:` and the holder's
+//! identity, with the lease's TTL),
 //! `redfence:fence:{R}` (the fencing counter; expires after 24 h unused),
 //! the pub/sub channel `redfence:released:{R}`, and, for a failed attempt
 //! with value `V` whose clean-up arrived before its acquire,
-//! `redfence:void:{R}:V` (expires with the TTL).
+//! `redfence:void:{R}:V` (expires with the TTL); an election also uses
+//! `redfence:term:{R}` (its leader's term, see `docs/coordination.md`).
+//!
+//! ## Coordination
+//!
+//! [`RedlockBuilder::identity`] names a client to others ([`Error::Contended`]
+//! and [`Redlock::holder`] report it), [`LockOptions::hold_at_least`] runs a
+//! scheduled job once across machines, and [`Redlock::election`] elects a
+//! leader whose term is a fencing token. `docs/coordination.md` has all
+//! three.
 //!
 //! ## Observability
 //!
@@ -132,9 +142,11 @@ mod client;
 mod clock;
 mod config;
 mod connection;
+mod election;
 mod error;
 mod fenced;
 mod guard;
+mod holder;
 mod instance;
 mod keys;
 mod lease;
@@ -160,6 +172,11 @@ pub mod testing;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+/// Compiles the coordination guide's examples too.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/coordination.md")]
+struct CoordinationDoctests;
+
 /// The channel crate of [`LockGuard::loss_signal`], re-exported so that
 /// `select!` works without matching versions by hand.
 pub use crossbeam_channel;
@@ -172,9 +189,11 @@ pub use address::IntoInstance;
 pub use builder::RedlockBuilder;
 pub use client::Redlock;
 pub use config::MAX_TTL;
+pub use election::{Election, LeaderEvent, LeaderInfo, Leadership};
 pub use error::{Error, InstanceError, InstanceErrorKind, LossReason};
 pub use fenced::fenced_set;
 pub use guard::{LockGuard, MultiGuard};
+pub use holder::{Holder, MAX_IDENTITY_LEN};
 pub use keys::{MAX_RESOURCES, MAX_RESOURCE_LEN};
 pub use options::LockOptions;
 pub use token::FencingToken;
@@ -200,5 +219,10 @@ mod tests {
         send_sync::<InstanceError>();
         send_sync::<FencingToken>();
         send_sync::<LockOptions>();
+        send_sync::<Election>();
+        send_sync::<Leadership>();
+        send_sync::<Holder>();
+        send_sync::<LeaderInfo>();
+        send_sync::<LeaderEvent>();
     }
 }

@@ -28,6 +28,10 @@ struct Waiter {
     id: u64,
     wake: Sender<()>,
     subscribed: Sender<()>,
+    /// An observer (an election's `observe()`) is woken by every message
+    /// and takes no turn: lock calls neither queue behind it nor lose a
+    /// wake-up to it.
+    observer: bool,
 }
 
 #[derive(Default)]
@@ -88,12 +92,26 @@ impl Notifier {
             return false;
         }
         let registered = self.registry.channels.lock();
-        channels.iter().any(|c| registered.contains_key(*c))
+        channels.iter().any(|c| {
+            registered
+                .get(*c)
+                .is_some_and(|waiters| waiters.iter().any(|w| !w.observer))
+        })
     }
 
     /// Registers interest in `channels` (a release on any of them wakes the
     /// call) until the returned watch is dropped.
     pub fn watch(&self, channels: &[&str]) -> Watch<'_> {
+        self.register(channels, false)
+    }
+
+    /// Registers an observer of `channels`: woken by every message on them,
+    /// without taking a turn from the lock calls that wait there.
+    pub fn observe(&self, channels: &[&str]) -> Watch<'_> {
+        self.register(channels, true)
+    }
+
+    fn register(&self, channels: &[&str], observer: bool) -> Watch<'_> {
         let (wake_tx, wake) = crossbeam_channel::bounded(1);
         let (sub_tx, subscribed) = crossbeam_channel::bounded(self.kicks.len());
         let id = self.registry.next_id.fetch_add(1, Ordering::Relaxed);
@@ -109,6 +127,7 @@ impl Notifier {
                         id,
                         wake: wake_tx.clone(),
                         subscribed: sub_tx.clone(),
+                        observer,
                     });
             }
         }
@@ -123,6 +142,7 @@ impl Notifier {
             id,
             wake,
             subscribed,
+            observer,
         }
     }
 }
@@ -144,9 +164,15 @@ pub(crate) struct Watch<'a> {
     id: u64,
     wake: Receiver<()>,
     subscribed: Receiver<()>,
+    observer: bool,
 }
 
 impl Watch<'_> {
+    /// The channel a notification arrives on, for `select!`.
+    pub fn wake_signal(&self) -> &Receiver<()> {
+        &self.wake
+    }
+
     /// Waits until `count` instances subscribed to the channel, or the
     /// deadline. After that, a release on those instances cannot go unseen.
     pub fn wait_subscribed(&self, count: usize, deadline: Instant) {
@@ -195,12 +221,13 @@ impl Drop for Watch<'_> {
         let mut channels = self.registry.channels.lock();
         // A wake-up this call did not use goes to the next in line (of each
         // of its channels: it cannot tell which one announced it).
-        let unused = self.wake.try_recv().is_ok();
+        // (An observer's wake-ups are its own: the turn went elsewhere.)
+        let unused = !self.observer && self.wake.try_recv().is_ok();
         for channel in &self.channels {
             if let Some(waiters) = channels.get_mut(channel) {
                 waiters.retain(|w| w.id != self.id);
                 if unused {
-                    if let Some(next) = waiters.first() {
+                    if let Some(next) = waiters.iter().find(|w| !w.observer) {
                         let _ = next.wake.try_send(());
                     }
                 }
@@ -317,15 +344,17 @@ impl Subscriber {
     /// Wakes the longest-waiting call for the channel only: the calls of
     /// one client then take turns instead of all rushing at the lock and
     /// splitting the vote among themselves.
+    /// Observers are all woken.
     fn wake(&self, channel: &str) {
-        if let Some(first) = self
-            .registry
-            .channels
-            .lock()
-            .get(channel)
-            .and_then(|w| w.first())
-        {
+        let channels = self.registry.channels.lock();
+        let Some(waiters) = channels.get(channel) else {
+            return;
+        };
+        if let Some(first) = waiters.iter().find(|w| !w.observer) {
             let _ = first.wake.try_send(());
+        }
+        for observer in waiters.iter().filter(|w| w.observer) {
+            let _ = observer.wake.try_send(());
         }
     }
 }

@@ -20,6 +20,7 @@ pub struct LockOptions {
     ttl: Duration,
     wait: Duration,
     auto_extend: bool,
+    hold_at_least: Duration,
 }
 
 impl LockOptions {
@@ -34,6 +35,7 @@ impl LockOptions {
             ttl: Self::DEFAULT_TTL,
             wait: Self::DEFAULT_WAIT,
             auto_extend: true,
+            hold_at_least: Duration::ZERO,
         }
     }
 
@@ -66,6 +68,41 @@ impl LockOptions {
     pub fn auto_extend(mut self, on: bool) -> Self {
         self.auto_extend = on;
         self
+    }
+
+    /// Keep the lock at least this long after the grant, even if the guard
+    /// is released or dropped sooner: the run-once pattern of scheduled jobs
+    /// (ShedLock's `lockAtLeastFor`). A job that every machine starts at
+    /// 02:00 runs once, even when the first one is done before the last one
+    /// (with a clock a little late) tries.
+    ///
+    /// A release before the hold is over does not delete the lock: it sets
+    /// the lock's expiry to the rest of the hold, on each instance where the
+    /// lock still holds our value (compare-and-set of the expiry). After the
+    /// hold, a release deletes it as usual. At most 30 days; zero (the
+    /// default) turns it off.
+    ///
+    /// ```no_run
+    /// use redfence::LockOptions;
+    /// use std::time::Duration;
+    /// # let locks = redfence::Redlock::new(["redis://127.0.0.1:7001"])?;
+    /// let once = LockOptions::new()
+    ///     .wait(Duration::ZERO)
+    ///     .hold_at_least(Duration::from_secs(600));
+    /// if let Ok(guard) = locks.lock_with("nightly-report", once) {
+    ///     // run the report: nobody else does for 10 minutes
+    ///     guard.release()?; // held on until 10 minutes after the grant
+    /// }
+    /// # Ok::<(), redfence::Error>(())
+    /// ```
+    pub fn hold_at_least(mut self, hold: Duration) -> Self {
+        self.hold_at_least = hold;
+        self
+    }
+
+    /// The minimum hold after the grant (zero: none).
+    pub fn get_hold_at_least(&self) -> Duration {
+        self.hold_at_least
     }
 
     /// The lease length.

@@ -15,18 +15,28 @@ const ACQUIRE_SOURCE: &str = include_str!("../lua/acquire.lua");
 const RELEASE_SOURCE: &str = include_str!("../lua/release.lua");
 const EXTEND_SOURCE: &str = include_str!("../lua/extend.lua");
 const FENCE_RAISE_SOURCE: &str = include_str!("../lua/fence_raise.lua");
+const HOLDER_SOURCE: &str = include_str!("../lua/holder.lua");
+const RELEASE_HOLD_SOURCE: &str = include_str!("../lua/release_hold.lua");
+const TERM_SOURCE: &str = include_str!("../lua/term.lua");
 
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
 pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_SOURCE));
 pub(crate) static FENCE_RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_RAISE_SOURCE));
+pub(crate) static HOLDER: LazyLock<Script> = LazyLock::new(|| Script::new(HOLDER_SOURCE));
+pub(crate) static TERM: LazyLock<Script> = LazyLock::new(|| Script::new(TERM_SOURCE));
+pub(crate) static RELEASE_HOLD: LazyLock<Script> =
+    LazyLock::new(|| Script::new(RELEASE_HOLD_SOURCE));
 
 /// Sources of every script a worker connection preloads.
-pub(crate) const ALL_SOURCES: [&str; 4] = [
+pub(crate) const ALL_SOURCES: [&str; 7] = [
+    TERM_SOURCE,
     ACQUIRE_SOURCE,
     RELEASE_SOURCE,
     EXTEND_SOURCE,
     FENCE_RAISE_SOURCE,
+    HOLDER_SOURCE,
+    RELEASE_HOLD_SOURCE,
 ];
 
 /// How far ahead of an instance's clock the acquire script accepts the
@@ -113,6 +123,31 @@ fn release_cmd(target: &Target, value: &str, ttl: Duration) -> redis::Cmd {
 /// granted, so nothing is announced.
 pub(crate) fn release(target: &Target, value: &str, ttl: Duration) -> Arc<[u8]> {
     release_cmd(target, value, ttl).get_packed_command().into()
+}
+
+/// The release of a lease that must stay held until `hold` from now
+/// ([`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least)):
+/// compare-and-set of each key's expiry, only where it still holds our
+/// value. Nothing is announced: nothing is released yet.
+pub(crate) fn release_hold(
+    target: &Target,
+    value: &str,
+    ttl: Duration,
+    hold: Duration,
+) -> Arc<[u8]> {
+    let void = target.void_key(value);
+    let keys: Vec<&str> = target
+        .lock_keys()
+        .into_iter()
+        .chain([void.as_str()])
+        .collect();
+    let ttl_ms = ttl.as_millis().max(1).to_string();
+    let hold_ms = hold.as_millis().max(1).to_string();
+    packed(
+        &RELEASE_HOLD,
+        &keys,
+        &[value.as_bytes(), ttl_ms.as_bytes(), hold_ms.as_bytes()],
+    )
 }
 
 /// A holder's release: compare-and-delete, then a native `PUBLISH` on each

@@ -34,6 +34,8 @@ mod names {
     pub const HELD_LOCKS: &str = "redfence_held_locks";
     pub const OWED_RELEASES: &str = "redfence_owed_releases";
     pub const OWED_RELEASES_DROPPED_TOTAL: &str = "redfence_owed_releases_dropped_total";
+    pub const LEADER: &str = "redfence_leader";
+    pub const LEADER_CHANGES_TOTAL: &str = "redfence_leader_changes_total";
 }
 #[cfg(feature = "metrics")]
 use names::*;
@@ -44,6 +46,7 @@ mod targets {
     pub const LOCK: &str = "redfence::lock";
     pub const LEASE: &str = "redfence::lease";
     pub const INSTANCE: &str = "redfence::instance";
+    pub const ELECTION: &str = "redfence::election";
 }
 
 /// Registers the help text and unit of every redfence metric with the
@@ -120,6 +123,17 @@ pub fn describe_metrics() {
         OWED_RELEASES_DROPPED_TOTAL,
         Unit::Count,
         "Owed releases given up because too many were queued for one instance."
+    );
+    describe_gauge!(
+        LEADER,
+        Unit::Count,
+        "1 while this process leads the election, 0 otherwise, by election."
+    );
+    describe_counter!(
+        LEADER_CHANGES_TOTAL,
+        Unit::Count,
+        "Times this process became leader or stopped leading, by election and change \
+         (elected, lost, resigned)."
     );
 }
 
@@ -602,4 +616,55 @@ impl Drop for InstanceHealth {
                 .decrement(before as f64);
         }
     }
+}
+
+/// An election was created: its series exist from now on, at zero.
+#[inline]
+pub(crate) fn election_created(election: &str) {
+    #[cfg(feature = "metrics")]
+    {
+        let name = election.to_string();
+        metrics::gauge!(LEADER, "election" => name.clone()).set(0.0);
+        for change in ["elected", "lost", "resigned"] {
+            metrics::counter!(LEADER_CHANGES_TOTAL, "election" => name.clone(), "change" => change)
+                .absolute(0);
+        }
+    }
+}
+
+/// This process won a campaign.
+#[inline]
+pub(crate) fn leader_elected(election: &str, term: FencingToken) {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::gauge!(LEADER, "election" => election.to_string()).set(1.0);
+        metrics::counter!(LEADER_CHANGES_TOTAL, "election" => election.to_string(), "change" => "elected")
+            .increment(1);
+    }
+    #[cfg(feature = "tracing")]
+    tracing::info!(target: targets::ELECTION, election, term = term.get(), "elected");
+}
+
+/// This process stopped leading: `change` is "lost" or "resigned".
+#[inline]
+pub(crate) fn leader_ended(election: &str, term: FencingToken, change: &'static str) {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::gauge!(LEADER, "election" => election.to_string()).set(0.0);
+        metrics::counter!(LEADER_CHANGES_TOTAL, "election" => election.to_string(), "change" => change)
+            .increment(1);
+    }
+    #[cfg(feature = "tracing")]
+    if change == "lost" {
+        tracing::warn!(target: targets::ELECTION, election, term = term.get(), "leadership lost");
+    } else {
+        tracing::info!(target: targets::ELECTION, election, term = term.get(), "resigned");
+    }
+}
+
+/// An observer thread could not be started.
+#[inline]
+pub(crate) fn observer_failed(election: &str, error: &std::io::Error) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(target: targets::ELECTION, election, %error, "cannot start an observer thread");
 }

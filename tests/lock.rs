@@ -27,7 +27,9 @@ fn lock_release_try_lock_round_trip() {
     ) == 5));
 
     match locks.try_lock("invoice:42") {
-        Err(Error::Contended { resource, attempts }) => {
+        Err(Error::Contended {
+            resource, attempts, ..
+        }) => {
             assert_eq!(resource, "invoice:42");
             assert_eq!(attempts, 1);
         }

@@ -166,6 +166,15 @@ pub struct RunArgs {
     #[arg(long, env = "REDFENCE_FOREGROUND", value_parser = FalseyValueParser::new())]
     pub foreground: bool,
 
+    /// Keep the lock at least this long after the grant, even when the command
+    /// ends sooner: a job started on several machines runs once.
+    #[arg(long, env = "REDFENCE_HOLD_AT_LEAST", value_parser = duration::parse, value_name = "DURATION")]
+    pub hold_at_least: Option<Duration>,
+
+    /// The name other clients see as the holder (status, conflicts) [default: hostname:pid].
+    #[arg(long, env = "REDFENCE_IDENTITY", value_name = "NAME")]
+    pub identity: Option<String>,
+
     /// The resource to lock.
     pub resource: String,
 

@@ -72,10 +72,19 @@ impl Target {
 
     /// A client over the instances (validates URLs, count and prefix).
     pub fn client(&self, common: &Common) -> Result<Redlock, Failure> {
+        self.client_as(common, None)
+    }
+
+    /// [`client`](Self::client), showing `identity` to other clients
+    /// (`hostname:pid` if `None`).
+    pub fn client_as(&self, common: &Common, identity: Option<&str>) -> Result<Redlock, Failure> {
         let mut builder = Redlock::builder(&self.urls)
             .key_prefix(common.prefix.as_str())
             .instance_timeout(common.instance_timeout)
             .allow_even_instances(common.allow_even_instances);
+        if let Some(identity) = identity {
+            builder = builder.identity(identity);
+        }
         if let Some(certs) = &self.tls {
             builder = builder.tls_certificates(certs.clone());
         }

@@ -26,6 +26,8 @@ pub const NOT_FOUND: u8 = 127;
 pub struct Failure {
     pub code: u8,
     pub message: String,
+    /// An outcome the caller expects (a conflict): not printed with `-q`.
+    pub expected: bool,
 }
 
 impl Failure {
@@ -33,7 +35,14 @@ impl Failure {
         Failure {
             code,
             message: message.into(),
+            expected: false,
         }
+    }
+
+    /// Marks an outcome the caller expects, which `-q` keeps quiet.
+    pub fn expected(mut self) -> Self {
+        self.expected = true;
+        self
     }
 
     /// A library error, with the exit code its situation calls for.

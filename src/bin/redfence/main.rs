@@ -56,7 +56,11 @@ fn main() -> ExitCode {
     ExitCode::from(match result {
         Ok(code) => code,
         Err(failure) => {
-            log.error(&failure.message);
+            // -q: an expected outcome (a conflict) is said by the exit
+            // code alone; cron mails every line printed.
+            if !(failure.expected && cli.common.quiet) {
+                log.error(&failure.message);
+            }
             failure.code
         }
     })

@@ -31,7 +31,8 @@ pub fn run(common: &Common, args: RunArgs, log: &Log) -> Result<u8, Failure> {
     // behind by killing us halfway through an attempt.
     let listener = Listener::start()
         .map_err(|e| Failure::new(OSERR, format!("cannot install signal handlers: {e}")))?;
-    let locks = client::Target::from_options(common)?.client(common)?;
+    let locks =
+        client::Target::from_options(common)?.client_as(common, args.identity.as_deref())?;
     let guard = acquire(&locks, common, &args, &listener, log)?;
     let token = guard.token();
     log.info(&format!(
@@ -87,7 +88,10 @@ fn acquire(
     let deadline = Instant::now()
         .checked_add(wait)
         .ok_or_else(|| Failure::new(USAGE, format!("--wait {} is too long", show(wait))))?;
-    let options = LockOptions::new().ttl(args.ttl);
+    let mut options = LockOptions::new().ttl(args.ttl);
+    if let Some(hold) = args.hold_at_least {
+        options = options.hold_at_least(hold);
+    }
     let conflict = args.conflict_exit_code;
     let lost = args.lost_exit_code;
     let mut announced = false;
@@ -119,7 +123,16 @@ fn acquire(
                     }
                 }
             }
-            Err(e) => return Err(Failure::from_lock_error(&e, conflict, lost)),
+            Err(e) => {
+                let failure = Failure::from_lock_error(&e, conflict, lost);
+                // -q: an expected conflict is said by the exit code alone
+                // (cron mails every line printed).
+                return Err(if matches!(e, redfence::Error::Contended { .. }) {
+                    failure.expected()
+                } else {
+                    failure
+                });
+            }
         }
     }
 }

@@ -10,8 +10,9 @@ use crate::cli::{Common, StatusArgs};
 use crate::client;
 use crate::exit::{Failure, UNAVAILABLE, USAGE};
 
-/// How much of the holder's random value is shown: enough to tell holders
-/// apart, far too little to release or extend their lock.
+/// How much of a lock value without an identity (taken by a client that
+/// predates identities) is shown: enough to tell holders apart, far too
+/// little to release or extend their lock.
 const HOLDER_PREFIX: usize = 6;
 
 /// Longest connection set-up (TLS handshake included), as the library's
@@ -100,7 +101,7 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<u8, Failure> {
             instances.len()
         );
         out!(
-            "{:<24} {:<6} {:>9} {:<8} FENCE",
+            "{:<24} {:<6} {:>9} {:<20} FENCE",
             "INSTANCE",
             "LOCK",
             "TTL",
@@ -116,7 +117,7 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<u8, Failure> {
                     };
                     let holder = r.holder.as_deref().unwrap_or("-");
                     let fence = r.fence.map_or("-".to_string(), |f| f.to_string());
-                    out!("{name:<24} {state:<6} {ttl:>9} {holder:<8} {fence}");
+                    out!("{name:<24} {state:<6} {ttl:>9} {holder:<20} {fence}");
                 }
                 Err(e) => out!("{name:<24} error: {e}"),
             }
@@ -154,11 +155,14 @@ fn read(
         ms if ms < 0 => Some(None),
         ms => Some(Some(Duration::from_millis(ms.unsigned_abs()))),
     };
+    // A value is `RANDOM:IDENTITY`: only the identity is shown, never the
+    // random part (the holder's secret).
     let holder = value.map(|v| {
-        String::from_utf8_lossy(&v)
-            .chars()
-            .take(HOLDER_PREFIX)
-            .collect()
+        let v = String::from_utf8_lossy(&v);
+        match v.split_once(':') {
+            Some((_, identity)) => identity.to_string(),
+            None => v.chars().take(HOLDER_PREFIX).collect(),
+        }
     });
     let fence = match fence {
         None => None,

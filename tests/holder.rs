@@ -1,0 +1,227 @@
+//! Holder identity and hold-at-least, on real servers: who holds a lock is
+//! named in `Contended` and by `holder()`, never with the secret part of
+//! the value; a lock released early under `hold_at_least` stays held until
+//! the hold is over.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{builder, eventually, holders, lock_key};
+use redfence::testing::RedisCluster;
+use redfence::{Error, LockOptions, Redlock};
+
+fn named(cluster: &RedisCluster, identity: &str) -> Redlock {
+    builder(cluster)
+        .identity(identity)
+        .instance_timeout(Duration::from_millis(200))
+        .build()
+        .expect("client builds")
+}
+
+#[test]
+fn contended_and_holder_name_the_identity_never_the_secret() {
+    let cluster = RedisCluster::start(5);
+    let first = named(&cluster, "billing-worker-3");
+    let second = named(&cluster, "billing-worker-4");
+    assert_eq!(first.identity(), "billing-worker-3");
+    assert_eq!(second.holder("invoice:7").expect("reads"), None);
+
+    let guard = first.lock("invoice:7").expect("locks");
+    let value = cluster
+        .server(0)
+        .get(&lock_key("invoice:7"))
+        .expect("a value");
+    let (secret, identity) = value.split_once(':').expect("RANDOM:IDENTITY");
+    assert_eq!(identity, "billing-worker-3");
+    assert_eq!(secret.len(), 32);
+
+    let err = second.try_lock("invoice:7").expect_err("held");
+    match &err {
+        Error::Contended {
+            holder, attempts, ..
+        } => {
+            assert_eq!(holder.as_deref(), Some("billing-worker-3"));
+            assert_eq!(*attempts, 1);
+        }
+        other => panic!("expected Contended, got {other:?}"),
+    }
+    let shown = format!("{err} {err:?}");
+    assert!(shown.contains("billing-worker-3"), "{shown}");
+    assert!(!shown.contains(secret), "the secret leaked: {shown}");
+
+    let holder = second.holder("invoice:7").expect("reads").expect("held");
+    assert_eq!(holder.identity.as_deref(), Some("billing-worker-3"));
+    assert_eq!(holder.instances, [0, 1, 2, 3, 4]);
+    assert!(
+        holder.ttl > Duration::from_secs(20) && holder.ttl <= Duration::from_secs(30),
+        "{holder:?}"
+    );
+    assert!(!format!("{holder:?}").contains(secret));
+
+    // Two of five frozen: a quorum still answers and agrees.
+    cluster.stop(&[3, 4]);
+    let holder = second.holder("invoice:7").expect("reads").expect("held");
+    assert_eq!(holder.instances, [0, 1, 2]);
+    // Three frozen: no quorum answers.
+    cluster.stop(&[2]);
+    assert!(matches!(
+        second.holder("invoice:7"),
+        Err(Error::Unavailable { .. })
+    ));
+    cluster.cont(&[2, 3, 4]);
+
+    guard.release().expect("released");
+    assert!(eventually(Duration::from_secs(2), || second
+        .holder("invoice:7")
+        .expect("reads")
+        .is_none()));
+}
+
+#[test]
+fn the_default_identity_is_hostname_and_pid() {
+    let cluster = RedisCluster::start(3);
+    let locks = builder(&cluster).build().expect("client builds");
+    let pid = format!(":{}", std::process::id());
+    assert!(locks.identity().ends_with(&pid), "{}", locks.identity());
+    let _guard = locks.lock("default-id").expect("locks");
+    let holder = locks.holder("default-id").expect("reads").expect("held");
+    assert_eq!(holder.identity.as_deref(), Some(locks.identity()));
+}
+
+#[test]
+fn bad_identities_are_refused_with_a_reason() {
+    let cluster = RedisCluster::start(1);
+    for bad in ["", "tab\there", "line\nbreak", " padded", "naïve"] {
+        match builder(&cluster).identity(bad).build() {
+            Err(Error::InvalidConfig { reason }) => {
+                assert!(reason.contains("identity"), "{reason}")
+            }
+            other => panic!("{bad:?} accepted: {other:?}"),
+        }
+    }
+    let long = "x".repeat(redfence::MAX_IDENTITY_LEN + 1);
+    match builder(&cluster).identity(long).build() {
+        Err(Error::InvalidConfig { reason }) => assert!(reason.contains("129 bytes"), "{reason}"),
+        other => panic!("a 129-byte identity was accepted: {other:?}"),
+    }
+    let longest = "x".repeat(redfence::MAX_IDENTITY_LEN);
+    assert!(builder(&cluster).identity(longest).build().is_ok());
+}
+
+/// A job done in 1 s under a 5 s hold keeps the lock until about 5 s after
+/// the grant; meanwhile another client is refused and told who holds it.
+#[test]
+fn a_release_within_the_hold_keeps_the_lock_until_the_hold_is_over() {
+    let cluster = RedisCluster::start(5);
+    let job = named(&cluster, "nightly-1");
+    let other = named(&cluster, "nightly-2");
+    let hold = Duration::from_secs(5);
+    let opts = LockOptions::new()
+        .ttl(Duration::from_secs(2))
+        .hold_at_least(hold);
+    let granted = Instant::now();
+    let guard = job.lock_with("report", opts).expect("locks");
+    std::thread::sleep(Duration::from_secs(1)); // the job's work
+    guard.release().expect("released");
+
+    // Held through the rest of the hold (well past the 2 s TTL).
+    while granted.elapsed() < hold - Duration::from_millis(500) {
+        match other.try_lock("report") {
+            Err(Error::Contended { holder, .. }) => {
+                assert_eq!(holder.as_deref(), Some("nightly-1"))
+            }
+            // A loaded machine: no answer in time says nothing either way.
+            Err(Error::Unavailable { .. }) => {}
+            other => panic!(
+                "free {:?} after the grant, within the hold: {other:?}",
+                granted.elapsed()
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Then gone, without anyone releasing it again.
+    assert!(
+        eventually(Duration::from_secs(3), || holders(&cluster, "report") == 0),
+        "still held {:?} after the grant",
+        granted.elapsed()
+    );
+    assert!(granted.elapsed() >= hold - Duration::from_millis(100));
+    drop(other.try_lock("report").expect("free after the hold"));
+}
+
+/// After the hold, a release deletes the lock as usual, and a dropped
+/// guard within the hold keeps it too.
+#[test]
+fn the_hold_counts_from_the_grant_and_applies_to_drop() {
+    let cluster = RedisCluster::start(3);
+    let locks = named(&cluster, "holder-a");
+    let opts = LockOptions::new()
+        .ttl(Duration::from_secs(1))
+        .hold_at_least(Duration::from_millis(300));
+    let guard = locks.lock_with("short-hold", opts).expect("locks");
+    std::thread::sleep(Duration::from_millis(400));
+    guard.release().expect("released");
+    assert!(eventually(Duration::from_millis(500), || holders(
+        &cluster,
+        "short-hold"
+    ) == 0));
+
+    let opts = opts.hold_at_least(Duration::from_secs(3));
+    let granted = Instant::now();
+    drop(locks.lock_with("dropped", opts).expect("locks"));
+    // The drop's request is on its way; then the key lives on, past the
+    // 1 s TTL, until about 3 s.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(holders(&cluster, "dropped") >= 2, "released at the drop");
+    assert!(eventually(Duration::from_secs(3), || holders(
+        &cluster, "dropped"
+    ) == 0));
+    assert!(granted.elapsed() >= Duration::from_millis(2900));
+}
+
+#[test]
+fn a_hold_longer_than_30_days_is_refused() {
+    let cluster = RedisCluster::start(1);
+    let locks = builder(&cluster).build().expect("client builds");
+    let opts = LockOptions::new().hold_at_least(Duration::from_secs(31 * 24 * 3600));
+    assert!(matches!(
+        locks.lock_with("x", opts),
+        Err(Error::InvalidOptions { .. })
+    ));
+}
+
+/// A least-privilege ACL user (`acl_rules`) can use every coordination
+/// pattern: holder(), a release within the hold, an election with its
+/// recorded term and announcement.
+#[test]
+fn the_acl_rules_allow_the_coordination_scripts() {
+    use redfence::testing::ServerOptions;
+    let rules = redfence::acl_rules("redfence:").join(" ");
+    let cluster = RedisCluster::start_with(
+        3,
+        ServerOptions {
+            acl_users: vec![format!("worker on >pw-123 {rules}")],
+            ..Default::default()
+        },
+    );
+    let locks = Redlock::builder(cluster.urls_as("worker", "pw-123"))
+        .identity("acl-worker")
+        .instance_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let opts = LockOptions::new().hold_at_least(Duration::from_secs(2));
+    let guard = locks.lock_with("acl-job", opts).expect("locks");
+    let holder = locks.holder("acl-job").expect("reads").expect("held");
+    assert_eq!(holder.identity.as_deref(), Some("acl-worker"));
+    guard
+        .release()
+        .expect("the hold release runs under the ACL");
+    assert!(holders(&cluster, "acl-job") >= 2, "kept for the hold");
+
+    let election = locks.election("acl-election").unwrap();
+    let term = election.campaign().expect("campaigns");
+    let info = election.leader().expect("reads").expect("a leader");
+    assert_eq!(info.term, Some(term.term()), "the term was recorded");
+    term.resign().expect("resigns");
+}
