@@ -1,6 +1,7 @@
 -- Release locks only where they still hold our value (compare-and-delete).
 -- KEYS lock keys (one, or the members of a set), then the attempt's void
--- key; ARGV[1] lock value, ARGV[2] void key ttl in ms
+-- key; ARGV[1] lock value, ARGV[2] void key ttl in ms, ARGV[3] '1' to void
+-- the attempt in any case (see below)
 -- Returns 1 when every key was ours and is deleted, 0 otherwise (keys that
 -- were ours are deleted all the same; the others are left alone).
 -- (A holder's release announces itself with a native PUBLISH after this.)
@@ -17,7 +18,10 @@ for i = 1, #KEYS - 1 do
     all = 0
   end
 end
-if all == 0 then
+-- ARGV[3] '1': a failed attempt's clean-up voids its acquire even where it
+-- deleted our key: a second copy of the acquire (a resend after a reset)
+-- may still be on its way.
+if all == 0 or ARGV[3] == '1' then
   redis.call('SET', KEYS[#KEYS], '1', 'PX', ARGV[2])
 end
 return all

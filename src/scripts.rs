@@ -106,9 +106,9 @@ pub(crate) fn acquire(
 }
 
 /// Compare-and-delete of a lease's lock keys, leaving the void key where a
-/// key was not ours (the acquire may still land there). `ttl` is the lease's
-/// TTL: how long the void key stays.
-fn release_cmd(target: &Target, value: &str, ttl: Duration) -> redis::Cmd {
+/// key was not ours (the acquire may still land there), or everywhere with
+/// `void_always`. `ttl` is the lease's TTL: how long the void key stays.
+fn release_cmd(target: &Target, value: &str, ttl: Duration, void_always: bool) -> redis::Cmd {
     let void = target.void_key(value);
     let keys: Vec<&str> = target
         .lock_keys()
@@ -116,13 +116,22 @@ fn release_cmd(target: &Target, value: &str, ttl: Duration) -> redis::Cmd {
         .chain([void.as_str()])
         .collect();
     let ttl_ms = ttl.as_millis().max(1).to_string();
-    eval(&RELEASE, &keys, &[value.as_bytes(), ttl_ms.as_bytes()])
+    let always: &[u8] = if void_always { b"1" } else { b"0" };
+    eval(
+        &RELEASE,
+        &keys,
+        &[value.as_bytes(), ttl_ms.as_bytes(), always],
+    )
 }
 
-/// How a failed attempt cleans up. Nobody waits for a lock that was never
-/// granted, so nothing is announced.
+/// How a failed attempt cleans up: it voids the attempt on every instance
+/// it reaches, since a second copy of the acquire (a resend after a reset)
+/// may land after it (`tests/model_lease.rs`). Nobody waits for a lock that
+/// was never granted, so nothing is announced.
 pub(crate) fn release(target: &Target, value: &str, ttl: Duration) -> Arc<[u8]> {
-    release_cmd(target, value, ttl).get_packed_command().into()
+    release_cmd(target, value, ttl, true)
+        .get_packed_command()
+        .into()
 }
 
 /// The release of a lease that must stay held until `hold` from now
@@ -161,7 +170,7 @@ pub(crate) fn release_and_announce(
     ttl: Duration,
 ) -> (Arc<[u8]>, usize) {
     let mut pipe = redis::pipe();
-    pipe.add_command(release_cmd(target, value, ttl));
+    pipe.add_command(release_cmd(target, value, ttl, false));
     for member in &target.members {
         pipe.cmd("PUBLISH").arg(&member.keys.channel).arg("1");
     }

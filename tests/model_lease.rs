@@ -1,0 +1,524 @@
+//! Model checks of the lease rules that late requests could break, with
+//! [stateright]: extensions (`lua/extend.lua`, `src/lease.rs`) and the
+//! clean-up of a failed attempt (`lua/release.lua`, `lua/acquire.lua`).
+//!
+//! Abstract models, no Redis and no code from the crate: what the scripts
+//! do to a lock key, and what the client believes, with every request free
+//! to land late (after later ones), twice, or never. `tests/model_fencing.rs`
+//! checks the tokens; `tests/late_requests.rs` plays the same failures on
+//! real servers.
+//!
+//! # Extensions
+//!
+//! Three instances hold our lock key with an expiry (in ticks; time moves
+//! by `Tick`, and a key whose expiry is reached is gone). The client sends
+//! extension rounds asking for a short or a long TTL. Each instance applies
+//! a round's request right away (it answers in time), later (`Land`: the
+//! request was held up, after the client gave up on it, possibly after
+//! later rounds), or never. A round succeeds when a quorum applied it in
+//! time on a key that was still ours; the client then believes the lease
+//! valid until the round's start plus its TTL (the drift allowance is left
+//! out: it only makes the client more careful). A failed round leaves the
+//! belief as it was.
+//!
+//! Property: **while the client believes its lease valid, a quorum of
+//! instances holds its key** — otherwise another client can be granted the
+//! lock while this one still works under it.
+//!
+//! * The design (`PEXPIRE … GT`: an expiry only moves later) keeps it.
+//! * Plain `PEXPIRE` does not: a short extension that timed out lands after
+//!   a later long one succeeded, and cuts the keys short under the client's
+//!   belief (the outside review's second finding).
+//!
+//! # Clean-up of a failed attempt
+//!
+//! One instance, one attempt. Its acquire may be sent twice (a resend after
+//! a reset: the first copy applied, its reply lost), each copy landing at
+//! any time or never. The attempt fails (for its other instances' sake) at
+//! any point; the client then sends the clean-up to this instance unless
+//! the instance refused the acquire, and the clean-up too lands at any time
+//! (before a held acquire) or never.
+//!
+//! Property: **once the clean-up has landed and no acquire is still on its
+//! way, the instance holds no lock of the failed attempt** — otherwise a
+//! lock nobody owns blocks everyone for a whole TTL.
+//!
+//! * The design (the clean-up leaves a void key on every instance it
+//!   reaches; the acquire refuses when it finds the void key; a resend that
+//!   finds its own value is a grant) keeps it.
+//! * A void key only where the lock was not ours does not: the resend of an
+//!   acquire whose first copy the clean-up deleted lands after it.
+//! * Without the void key, a clean-up that overtakes its acquire leaves an
+//!   orphan (the review's third finding).
+//! * If a resend that finds its own value counted as "held by someone
+//!   else", the client would skip the clean-up there and leave an orphan.
+//!
+//! [stateright]: https://docs.rs/stateright
+
+use std::time::Instant;
+
+use stateright::{Checker, Model, Property};
+
+const N: usize = 3;
+const QUORUM: usize = N / 2 + 1;
+
+// --- Extensions ----------------------------------------------------------
+
+/// TTLs a round may ask for, in ticks.
+const SHORT: u8 = 2;
+const LONG: u8 = 6;
+/// The acquisition's TTL: every key expires at this tick to begin with.
+const FIRST_TTL: u8 = 3;
+const MAX_ROUNDS: u8 = 3;
+const MAX_TICK: u8 = 7;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Expire {
+    /// `PEXPIRE key ttl GT`: only ever later.
+    Gt,
+    /// Plain `PEXPIRE key ttl`.
+    Plain,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct LeaseState {
+    tick: u8,
+    /// Each instance's key expiry (`None`: the key is gone).
+    keys: [Option<u8>; N],
+    /// What the client believes: valid while `tick < valid_until`.
+    valid_until: u8,
+    /// Requests still on their way: (instance, TTL, round).
+    in_flight: Vec<(usize, u8, u8)>,
+    rounds: u8,
+    /// The last round that succeeded.
+    last_success: u8,
+    /// A request landed after a later round had succeeded.
+    landed_after_later: bool,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+enum LeaseAction {
+    Tick,
+    /// A round with this TTL; `now` applied in time, `late` on their way,
+    /// the others never arrive.
+    Round {
+        ttl: u8,
+        now: u8,
+        late: u8,
+    },
+    /// The request in flight at this position lands.
+    Land(usize),
+}
+
+struct ExtendModel {
+    expire: Expire,
+    /// What a failed round does to the client's belief: nothing (the
+    /// design: whatever it applied, now or late, only lengthened keys), or
+    /// cut it to the round's own end (the previous code, for a plain
+    /// `PEXPIRE` that may have shortened some keys).
+    shorten_on_failure: bool,
+}
+
+impl ExtendModel {
+    fn apply(&self, s: &mut LeaseState, i: usize, ttl: u8) -> bool {
+        match s.keys[i] {
+            // Not ours any more (expired): extend.lua touches nothing.
+            None => false,
+            Some(expiry) => {
+                let asked = s.tick + ttl;
+                s.keys[i] = Some(match self.expire {
+                    Expire::Gt => expiry.max(asked),
+                    Expire::Plain => asked,
+                });
+                true
+            }
+        }
+    }
+}
+
+fn members(mask: u8) -> impl Iterator<Item = usize> {
+    (0..N).filter(move |i| mask & (1 << i) != 0)
+}
+
+impl Model for ExtendModel {
+    type State = LeaseState;
+    type Action = LeaseAction;
+
+    fn init_states(&self) -> Vec<LeaseState> {
+        vec![LeaseState {
+            tick: 0,
+            keys: [Some(FIRST_TTL); N],
+            valid_until: FIRST_TTL,
+            in_flight: Vec::new(),
+            rounds: 0,
+            last_success: 0,
+            landed_after_later: false,
+        }]
+    }
+
+    fn actions(&self, s: &LeaseState, actions: &mut Vec<LeaseAction>) {
+        if s.tick < MAX_TICK {
+            actions.push(LeaseAction::Tick);
+        }
+        // The watchdog and `extend()` only extend a lease they still hold.
+        if s.rounds < MAX_ROUNDS && s.tick < s.valid_until {
+            for ttl in [SHORT, LONG] {
+                for now in 0..1u8 << N {
+                    for late in 0..1u8 << N {
+                        if now & late == 0 {
+                            actions.push(LeaseAction::Round { ttl, now, late });
+                        }
+                    }
+                }
+            }
+        }
+        for k in 0..s.in_flight.len() {
+            actions.push(LeaseAction::Land(k));
+        }
+    }
+
+    fn next_state(&self, s: &LeaseState, action: LeaseAction) -> Option<LeaseState> {
+        let mut s = s.clone();
+        match action {
+            LeaseAction::Tick => {
+                s.tick += 1;
+                for key in &mut s.keys {
+                    if key.is_some_and(|expiry| expiry <= s.tick) {
+                        *key = None;
+                    }
+                }
+            }
+            LeaseAction::Round { ttl, now, late } => {
+                s.rounds += 1;
+                let round = s.rounds;
+                let confirmed = members(now).filter(|&i| self.apply(&mut s, i, ttl)).count();
+                s.in_flight.extend(members(late).map(|i| (i, ttl, round)));
+                // A set of requests, not a sequence: one order per set.
+                s.in_flight.sort_unstable();
+                if confirmed >= QUORUM {
+                    s.valid_until = s.tick + ttl;
+                    s.last_success = round;
+                } else if self.shorten_on_failure {
+                    s.valid_until = s.valid_until.min(s.tick + ttl);
+                }
+            }
+            LeaseAction::Land(k) => {
+                let (i, ttl, round) = s.in_flight.remove(k);
+                s.landed_after_later |= round < s.last_success;
+                self.apply(&mut s, i, ttl);
+            }
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::<Self>::always("a believed lease is held by a quorum", |_, s| {
+                s.tick >= s.valid_until
+                    || s.keys
+                        .iter()
+                        .filter(|k| k.is_some_and(|e| e > s.tick))
+                        .count()
+                        >= QUORUM
+            }),
+            Property::<Self>::sometimes("a late extension lands after a later round", |_, s| {
+                s.landed_after_later
+            }),
+        ]
+    }
+}
+
+/// The instances are interchangeable: states that differ only by their
+/// numbering are one (symmetry reduction).
+fn lease_representative(s: &LeaseState) -> LeaseState {
+    let key = |i: usize| {
+        let mut flying: Vec<(u8, u8)> = s
+            .in_flight
+            .iter()
+            .filter(|f| f.0 == i)
+            .map(|f| (f.1, f.2))
+            .collect();
+        flying.sort_unstable();
+        (s.keys[i], flying)
+    };
+    let mut order: Vec<usize> = (0..N).collect();
+    order.sort_by_key(|&i| key(i));
+    let mut r = s.clone();
+    for (new, &old) in order.iter().enumerate() {
+        r.keys[new] = s.keys[old];
+    }
+    for f in &mut r.in_flight {
+        f.0 = order.iter().position(|&old| old == f.0).unwrap_or(f.0);
+    }
+    r.in_flight.sort_unstable();
+    r
+}
+
+// --- Clean-up ---------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+enum Reply {
+    Granted,
+    /// The lock already held our value: a resend of an applied acquire.
+    Ours,
+    Refused,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct CleanState {
+    /// The instance holds our lock value.
+    locked: bool,
+    void: bool,
+    /// Copies of the acquire still on their way (at most two).
+    acquires: u8,
+    /// Copies that landed, in total.
+    landed: u8,
+    /// The last reply the client saw, if any.
+    seen: Option<Reply>,
+    decided: bool,
+    /// The clean-up: sent and on its way.
+    cleanup_pending: bool,
+    cleanup_landed: bool,
+    /// The client skipped the clean-up here (the instance refused).
+    cleanup_skipped: bool,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+enum CleanAction {
+    /// A copy of the acquire lands; its reply reaches the client or not.
+    LandAcquire {
+        reply_seen: bool,
+    },
+    /// A copy is lost for good.
+    DropAcquire,
+    /// The attempt fails: clean up here, or not.
+    Fail,
+    LandCleanup,
+}
+
+struct CleanupModel {
+    /// release.lua leaves a void key the acquire honours: where the lock
+    /// was not ours, and (a failed attempt's clean-up) where it deleted it.
+    void_key: bool,
+    /// The clean-up voids the attempt even where it deleted its lock.
+    void_always: bool,
+    /// A resend finding its own value counts as granted (not as held).
+    resend_is_grant: bool,
+}
+
+impl Model for CleanupModel {
+    type State = CleanState;
+    type Action = CleanAction;
+
+    fn init_states(&self) -> Vec<CleanState> {
+        // Sent once, and possibly once more after a reset.
+        [1, 2]
+            .into_iter()
+            .map(|copies| CleanState {
+                locked: false,
+                void: false,
+                acquires: copies,
+                landed: 0,
+                seen: None,
+                decided: false,
+                cleanup_pending: false,
+                cleanup_landed: false,
+                cleanup_skipped: false,
+            })
+            .collect()
+    }
+
+    fn actions(&self, s: &CleanState, actions: &mut Vec<CleanAction>) {
+        if s.acquires > 0 {
+            actions.push(CleanAction::LandAcquire { reply_seen: true });
+            actions.push(CleanAction::LandAcquire { reply_seen: false });
+            actions.push(CleanAction::DropAcquire);
+        }
+        if !s.decided {
+            actions.push(CleanAction::Fail);
+        }
+        if s.cleanup_pending {
+            actions.push(CleanAction::LandCleanup);
+        }
+    }
+
+    fn next_state(&self, s: &CleanState, action: CleanAction) -> Option<CleanState> {
+        let mut s = s.clone();
+        match action {
+            CleanAction::LandAcquire { reply_seen } => {
+                s.acquires -= 1;
+                s.landed += 1;
+                let reply = if self.void_key && s.void {
+                    Reply::Refused
+                } else if s.locked {
+                    Reply::Ours
+                } else {
+                    s.locked = true;
+                    Reply::Granted
+                };
+                if reply_seen && !s.decided {
+                    s.seen = Some(reply);
+                }
+            }
+            CleanAction::DropAcquire => s.acquires -= 1,
+            CleanAction::Fail => {
+                s.decided = true;
+                let refused = match s.seen {
+                    Some(Reply::Refused) => true,
+                    Some(Reply::Ours) => !self.resend_is_grant,
+                    _ => false,
+                };
+                if refused {
+                    s.cleanup_skipped = true;
+                } else {
+                    s.cleanup_pending = true;
+                }
+            }
+            CleanAction::LandCleanup => {
+                s.cleanup_pending = false;
+                s.cleanup_landed = true;
+                if s.locked {
+                    s.locked = false;
+                    s.void |= self.void_key && self.void_always;
+                } else if self.void_key {
+                    s.void = true;
+                }
+            }
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::<Self>::always("no orphan once everything landed", |_, s| {
+                let settled = s.decided && !s.cleanup_pending && s.acquires == 0;
+                !settled || !s.locked
+            }),
+            Property::<Self>::sometimes("a clean-up overtakes its acquire", |_, s| {
+                s.cleanup_landed && s.landed > 0 && s.void
+            }),
+        ]
+    }
+}
+
+fn report<M: Model>(label: &str, start: Instant, checker: &impl Checker<M>) {
+    println!(
+        "{label}: {} unique states, {:.2?}",
+        checker.unique_state_count(),
+        start.elapsed()
+    );
+}
+
+#[test]
+fn extensions_never_cut_a_lease_the_client_believes_in() {
+    let start = Instant::now();
+    let checker = ExtendModel {
+        expire: Expire::Gt,
+        shorten_on_failure: false,
+    }
+    .checker()
+    .symmetry_fn(lease_representative)
+    .spawn_dfs()
+    .join();
+    report("extend with GT", start, &checker);
+    assert!(checker.is_done());
+    checker.assert_properties();
+}
+
+#[test]
+fn a_plain_pexpire_lets_a_late_short_extension_cut_the_lease() {
+    let start = Instant::now();
+    let checker = ExtendModel {
+        expire: Expire::Plain,
+        shorten_on_failure: true,
+    }
+    .checker()
+    .spawn_bfs()
+    .join();
+    report("extend with plain PEXPIRE", start, &checker);
+    let path = checker
+        .discovery("a believed lease is held by a quorum")
+        .expect("a late short extension must break it");
+    let actions = path.into_actions();
+    println!("counterexample: {actions:?}");
+    assert!(
+        actions.iter().any(|a| matches!(a, LeaseAction::Land(_))),
+        "the counterexample needs an extension that lands late"
+    );
+}
+
+#[test]
+fn a_clean_up_never_leaves_an_orphan_lock() {
+    let start = Instant::now();
+    let checker = CleanupModel {
+        void_key: true,
+        void_always: true,
+        resend_is_grant: true,
+    }
+    .checker()
+    .spawn_dfs()
+    .join();
+    report("clean-up with void key", start, &checker);
+    assert!(checker.is_done());
+    checker.assert_properties();
+}
+
+#[test]
+fn without_the_void_key_a_clean_up_overtaken_by_its_acquire_leaves_an_orphan() {
+    let checker = CleanupModel {
+        void_key: false,
+        void_always: false,
+        resend_is_grant: true,
+    }
+    .checker()
+    .spawn_bfs()
+    .join();
+    let path = checker
+        .discovery("no orphan once everything landed")
+        .expect("an acquire landing after its clean-up must leave an orphan");
+    println!("counterexample: {:?}", path.into_actions());
+}
+
+/// A void key only where the lock was not ours is not enough: the first
+/// copy of the acquire lands (its reply lost), the clean-up deletes it, and
+/// the resent copy lands after that.
+#[test]
+fn a_clean_up_that_voids_only_where_it_found_nothing_leaves_an_orphan_after_a_resend() {
+    let checker = CleanupModel {
+        void_key: true,
+        void_always: false,
+        resend_is_grant: true,
+    }
+    .checker()
+    .spawn_bfs()
+    .join();
+    let path = checker
+        .discovery("no orphan once everything landed")
+        .expect("a resend landing after the clean-up must leave an orphan");
+    println!("counterexample: {:?}", path.into_actions());
+}
+
+#[test]
+fn a_resend_counted_as_held_skips_the_clean_up_and_leaves_an_orphan() {
+    let checker = CleanupModel {
+        void_key: true,
+        void_always: true,
+        resend_is_grant: false,
+    }
+    .checker()
+    .spawn_bfs()
+    .join();
+    let path = checker
+        .discovery("no orphan once everything landed")
+        .expect("a resend read as 'held' must leave an orphan");
+    let actions = path.into_actions();
+    println!("counterexample: {actions:?}");
+    assert!(
+        actions
+            .iter()
+            .filter(|a| matches!(a, CleanAction::LandAcquire { .. }))
+            .count()
+            >= 2,
+        "the counterexample needs the resend"
+    );
+}
