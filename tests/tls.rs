@@ -181,7 +181,12 @@ mod with_tls {
             .try_lock("mtls")
             .expect("granted with a client certificate");
         guard.release().unwrap();
-        assert!(locks.ping().iter().all(|(_, r)| r.is_ok()));
+        // The call returned at a quorum; the third handshake may still be
+        // under way. Every instance answers once it is done.
+        assert!(crate::common::eventually(Duration::from_secs(5), || locks
+            .ping()
+            .iter()
+            .all(|(_, r)| r.is_ok())));
     }
 
     #[test]
