@@ -69,7 +69,7 @@ pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result
     // have expired anyway.
     let release_all = |refused: &dyn Fn(usize) -> bool| {
         let cmd = scripts::release(target, &value, ttl);
-        instances.deliver(&cmd, 1, start + ttl, None, |i| !refused(i));
+        instances.deliver(&cmd, None, 1, start + ttl, None, |i| !refused(i));
     };
     let unavailable = |granted: usize, errors| Error::Unavailable {
         resource: target.name.clone(),

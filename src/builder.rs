@@ -15,6 +15,7 @@ use crate::config::{Config, MAX_FENCE_IDLE, MAX_TTL};
 use crate::connection::{open_client, Manager, TlsSettings, Warmup};
 use crate::instance::{Instance, InstanceConfig};
 use crate::keys::validate_prefix;
+use crate::native;
 use crate::notify::Notifier;
 use crate::quorum::Instances;
 use crate::shared::Shared;
@@ -283,15 +284,19 @@ impl RedlockBuilder {
             .map_err(|e| Error::invalid_config(format!("cannot start a subscriber thread: {e}")))?;
         let mut list = Vec::with_capacity(infos.len());
         let mut clocks = Vec::with_capacity(infos.len());
+        let mut support = Vec::with_capacity(infos.len());
         for (index, (info, client)) in infos.iter().zip(clients).enumerate() {
             let name = instance_name(info);
             let clock = Arc::new(InstanceClock::default());
+            let native = Arc::new(native::Support::default());
             let manager = Manager::new(
                 client,
                 cfg.connect_timeout,
                 cfg.instance_timeout,
                 Arc::clone(&warmup),
                 Arc::clone(&clock),
+                format!("{}probe", cfg.prefix),
+                Arc::clone(&native),
             );
             let instance = Instance::start(InstanceConfig {
                 index,
@@ -306,8 +311,9 @@ impl RedlockBuilder {
             .map_err(|e| Error::invalid_config(format!("cannot start a worker thread: {e}")))?;
             list.push(instance);
             clocks.push(clock);
+            support.push(native);
         }
-        let shared = Shared::new(cfg, Instances::new(list, clocks), warmup);
+        let shared = Shared::new(cfg, Instances::new(list, clocks, support), warmup);
         Redlock::start(shared, notifier)
     }
 

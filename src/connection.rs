@@ -12,6 +12,7 @@ use parking_lot::{Condvar, Mutex};
 use redis::{ConnectionInfo, ConnectionLike, ErrorKind, RedisError, RedisResult, Value};
 
 use crate::clock::InstanceClock;
+use crate::native;
 
 use crate::error::{InstanceError, InstanceErrorKind};
 
@@ -52,6 +53,8 @@ pub(crate) struct Conn {
     pub broken: bool,
     /// When the instance's clock was last read on this connection.
     pub clock_read: Instant,
+    /// The native commands this connection's server runs for us.
+    pub native: native::Commands,
 }
 
 pub(crate) struct Manager {
@@ -65,17 +68,24 @@ pub(crate) struct Manager {
     warmup: Arc<Warmup>,
     reported: AtomicBool,
     clock: Arc<InstanceClock>,
+    /// The key the native-command probe names (in the client's prefix).
+    probe_key: String,
+    /// Where the probe's finding is published.
+    support: Arc<native::Support>,
 }
 
 impl Manager {
     /// `connect_timeout` bounds a whole connection set-up (handshake,
-    /// authentication, script loading); `timeout` every command after it.
+    /// authentication, script loading, the native-command probe on
+    /// `probe_key`); `timeout` every command after it.
     pub fn new(
         client: redis::Client,
         connect_timeout: Duration,
         timeout: Duration,
         warmup: Arc<Warmup>,
         clock: Arc<InstanceClock>,
+        probe_key: String,
+        support: Arc<native::Support>,
     ) -> Self {
         Manager {
             client,
@@ -85,6 +95,8 @@ impl Manager {
             warmup,
             reported: AtomicBool::new(false),
             clock,
+            probe_key,
+            support,
         }
     }
 
@@ -107,8 +119,11 @@ impl Manager {
             inner,
             broken: false,
             clock_read: Instant::now(),
+            native: native::Commands::default(),
         };
         load_scripts(&mut conn)?;
+        conn.native = native::probe(&mut conn.inner, &self.probe_key)?;
+        self.support.record(conn.native);
         // The instance's clock, for the proposal of new tokens (see
         // clock.rs): a connection whose clock is not known would only make
         // the instances' answers disagree.

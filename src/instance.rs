@@ -21,6 +21,7 @@ use redis::{ConnectionLike, Value};
 use crate::clock::{self, InstanceClock};
 use crate::connection::{connect_failure, connect_wait, load_scripts, Conn, Manager};
 use crate::error::{InstanceError, InstanceErrorKind};
+use crate::native::Form;
 use crate::telemetry;
 
 /// Pause before retrying undelivered persistent requests.
@@ -56,7 +57,11 @@ impl Collect for Sender<(usize, Replies)> {
 pub(crate) struct Request {
     /// One or more commands, packed once and shared by every instance.
     pub packed: Arc<[u8]>,
-    /// How many commands `packed` holds: the replies to read.
+    /// The same request in native commands, sent instead of `packed` where
+    /// the connection's server runs them (`native.rs`).
+    pub native: Option<Arc<Form>>,
+    /// How many commands `packed` (and `native`) holds: the replies to
+    /// read.
     pub commands: usize,
     pub deadline: Instant,
     pub sink: Option<Sink>,
@@ -66,6 +71,17 @@ pub(crate) struct Request {
 }
 
 impl Request {
+    /// What to send on `conn`: the native form where its server runs it.
+    fn form(&self, conn: &Conn) -> (&[u8], Option<&Form>) {
+        match self.native.as_deref() {
+            Some(form) => match form.pick(conn.native) {
+                Some(packed) => (packed, Some(form)),
+                None => (&self.packed, None),
+            },
+            None => (&self.packed, None),
+        }
+    }
+
     fn answer(&mut self, index: usize, replies: Replies) {
         if let Some(sink) = self.sink.take() {
             sink.deliver(index, replies);
@@ -298,9 +314,16 @@ impl Worker {
         if refresh {
             bytes.extend_from_slice(&TIME);
         }
-        for req in batch {
-            bytes.extend_from_slice(&req.packed);
-        }
+        // Chosen once: the connection's native commands only change below,
+        // after every reply has been read.
+        let forms: Vec<Option<&Form>> = batch
+            .iter()
+            .map(|req| {
+                let (packed, form) = req.form(conn);
+                bytes.extend_from_slice(packed);
+                form
+            })
+            .collect();
         let sent = Instant::now();
         let failed = |conn: &mut Conn, e: redis::RedisError| {
             conn.broken = true;
@@ -334,8 +357,65 @@ impl Worker {
             }
             results.push(Ok(values));
         }
+        self.finish_native(conn, batch, &forms, &mut results);
         self.retry_noscript(conn, batch, &mut results);
         results
+    }
+
+    /// What native forms need once their replies are in: replies read as
+    /// the Lua form's, the void keys of releases that found the key not
+    /// ours (written now, on this connection, before anything else is
+    /// sent), and the Lua form for requests whose native command the
+    /// server refused (then this connection stops using native commands;
+    /// a new one probes again).
+    fn finish_native(
+        &self,
+        conn: &mut Conn,
+        batch: &[Request],
+        forms: &[Option<&Form>],
+        results: &mut [Replies],
+    ) {
+        let mut follow_ups: Vec<u8> = Vec::new();
+        let mut count = 0;
+        let mut refused = Vec::new();
+        for (k, (form, result)) in forms.iter().zip(results.iter_mut()).enumerate() {
+            let (Some(form), Ok(values)) = (form, result) else {
+                continue;
+            };
+            if Form::refused(values) {
+                refused.push(k);
+                continue;
+            }
+            form.normalize(values);
+            if let Some(void) = form.follow_up(values) {
+                follow_ups.extend_from_slice(void);
+                count += 1;
+            }
+        }
+        if count > 0 {
+            // Only the write matters, not its answer; a failure retires the
+            // connection like any other.
+            if conn
+                .inner
+                .req_packed_commands(&follow_ups, 0, count)
+                .is_err()
+            {
+                conn.broken = true;
+            }
+        }
+        if refused.is_empty() {
+            return;
+        }
+        conn.native = crate::native::Commands::default();
+        for k in refused {
+            results[k] = conn
+                .inner
+                .req_packed_commands(&batch[k].packed, 0, batch[k].commands)
+                .map_err(|e| {
+                    conn.broken = true;
+                    InstanceError::from_redis(&self.name, &e)
+                });
+        }
     }
 
     /// An instance that restarted or ran SCRIPT FLUSH answers NOSCRIPT:

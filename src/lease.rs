@@ -11,6 +11,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use crate::acquire::Grant;
 use crate::instance::Sink;
 use crate::keys::Target;
+use crate::native;
 use crate::quorum::{yes_no, Round};
 use crate::scripts::{self, EXTEND};
 use crate::shared::Shared;
@@ -25,6 +26,9 @@ pub(crate) struct Lease {
     pub tokens: Vec<FencingToken>,
     pub auto_extend: bool,
     pub acquired_at: Instant,
+    /// The TTL the lease was acquired with: the only one its extensions
+    /// are sent with natively (`native.rs`).
+    native_ttl: Duration,
     /// A release before this keeps the keys until then
     /// ([`LockOptions::hold_at_least`]).
     pub hold_until: Option<Instant>,
@@ -47,6 +51,9 @@ pub(crate) struct State {
     pub failed_rounds: u32,
     /// Reason given when the validity runs out without an extension.
     pub expiry_reason: LossReason,
+    /// A native extension was sent: it may still land, late, and set the
+    /// keys' expiry to `native_ttl` from then.
+    native_sent: bool,
     listeners: Vec<Sender<LossReason>>,
 }
 
@@ -59,6 +66,7 @@ impl Lease {
             tokens: grant.tokens,
             auto_extend: options.get_auto_extend(),
             acquired_at: now,
+            native_ttl: options.get_ttl(),
             hold_until: now.checked_add(options.get_hold_at_least()),
             election: std::sync::OnceLock::new(),
             state: Mutex::new(State {
@@ -69,6 +77,7 @@ impl Lease {
                 extensions: 0,
                 failed_rounds: 0,
                 expiry_reason: LossReason::Expired,
+                native_sent: false,
                 listeners: Vec::new(),
             }),
             changed: Condvar::new(),
@@ -193,12 +202,18 @@ pub(crate) fn send_release(
         .hold_until
         .map(|until| until.saturating_duration_since(Instant::now()))
         .filter(|rest| *rest >= Duration::from_millis(1));
-    let (cmd, commands) = match hold {
+    let (cmd, commands, native) = match hold {
         Some(rest) => (
             scripts::release_hold(&lease.target, &lease.value, st.ttl, rest),
             1,
+            None,
         ),
-        None => scripts::release_and_announce(&lease.target, &lease.value, st.ttl),
+        None => {
+            let (cmd, commands) =
+                scripts::release_and_announce(&lease.target, &lease.value, st.ttl);
+            let native = native::release(&lease.target, &lease.value, st.ttl);
+            (cmd, commands, native)
+        }
     };
     // A lease past its validity that nobody observed yet is lost, exactly
     // as if the watchdog had got there first.
@@ -211,9 +226,14 @@ pub(crate) fn send_release(
     let deadline = Instant::now() + st.ttl;
     let round = wait.then(|| Round::new_for(&shared.instances, yes_no));
     let sink = round.clone().map(|r| -> Sink { r });
-    shared
-        .instances
-        .deliver(&cmd, commands, deadline, sink.as_ref(), |_| true);
+    shared.instances.deliver(
+        &cmd,
+        native.as_ref(),
+        commands,
+        deadline,
+        sink.as_ref(),
+        |_| true,
+    );
     round
 }
 
@@ -281,9 +301,23 @@ pub(crate) fn begin_extend<'a>(
     if let Some(reason) = lease.loss_locked(&mut st, start) {
         return Err(lease.lost_error(reason));
     }
-    let round = shared
-        .instances
-        .round(&cmd, 1, start + shared.cfg.instance_timeout, yes_no);
+    // SET … IFEQ … PX sets the expiry it is given, where the script only
+    // moves it later: sent only with the lease's own TTL, and only while
+    // nothing believes the lease for longer than that from now, so that it
+    // cuts no belief whenever it lands (`tests/model_lease.rs`).
+    let native = (ttl == lease.native_ttl
+        && st.valid_until <= start + ttl
+        && shared.instances.extends_natively())
+    .then(|| native::extend(&lease.target, &lease.value, ttl))
+    .flatten();
+    st.native_sent |= native.is_some();
+    let round = shared.instances.round_or_native(
+        &cmd,
+        native.as_ref(),
+        1,
+        start + shared.cfg.instance_timeout,
+        yes_no,
+    );
     drop(st);
     Ok(Some(PendingExtend {
         lease,
@@ -310,9 +344,17 @@ impl PendingExtend<'_> {
         let lease = self.lease;
         let quorum = shared.instances.quorum();
         let now = Instant::now();
-        let validity = self.ttl.saturating_sub(shared.cfg.drift(self.ttl));
-        let new_valid = self.start + validity;
         let mut st = lease.state.lock();
+        // A native extension sent before may still land and set the
+        // expiry to `native_ttl` from then: a longer round is believed only
+        // that far.
+        let believed = if st.native_sent {
+            self.ttl.min(lease.native_ttl)
+        } else {
+            self.ttl
+        };
+        let validity = believed.saturating_sub(shared.cfg.drift(believed));
+        let new_valid = self.start + validity;
         if let Some(reason) = lease.loss_locked(&mut st, now) {
             return Err(lease.lost_error(reason));
         }

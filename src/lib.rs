@@ -150,6 +150,7 @@ mod holder;
 mod instance;
 mod keys;
 mod lease;
+mod native;
 mod notify;
 mod options;
 mod quorum;

@@ -17,12 +17,15 @@ use redis::Value;
 use crate::clock::{self, InstanceClock};
 use crate::error::{InstanceError, InstanceErrorKind};
 use crate::instance::{Collect, Instance, Replies, Request, Sink};
+use crate::native::{Form, Support};
 
 /// The set of instances a client locks on.
 pub(crate) struct Instances {
     list: Vec<Instance>,
     names: Arc<[String]>,
     clocks: Vec<Arc<InstanceClock>>,
+    /// What each instance's connection runs natively (`native.rs`).
+    support: Vec<Arc<Support>>,
 }
 
 /// How one instance voted.
@@ -58,12 +61,17 @@ impl<Y, N> Tally<Y, N> {
 }
 
 impl Instances {
-    pub fn new(list: Vec<Instance>, clocks: Vec<Arc<InstanceClock>>) -> Self {
+    pub fn new(
+        list: Vec<Instance>,
+        clocks: Vec<Arc<InstanceClock>>,
+        support: Vec<Arc<Support>>,
+    ) -> Self {
         let names = list.iter().map(|i| i.name().to_string()).collect();
         Instances {
             list,
             names,
             clocks,
+            support,
         }
     }
 
@@ -84,6 +92,12 @@ impl Instances {
         clock::proposal(self.clocks.iter().map(Arc::as_ref))
     }
 
+    /// Whether some instance's connection extends natively, so that an
+    /// extension's native form may be sent.
+    pub fn extends_natively(&self) -> bool {
+        self.support.iter().any(|s| s.get().set_ifeq)
+    }
+
     /// Queues `commands` packed commands on every instance and returns the
     /// round that counts the answers.
     pub fn round<Y: Send + 'static, N: Send + 'static>(
@@ -93,9 +107,27 @@ impl Instances {
         deadline: Instant,
         classify: Classify<Y, N>,
     ) -> Arc<Round<Y, N>> {
+        self.round_or_native(packed, None, commands, deadline, classify)
+    }
+
+    /// As [`round`](Self::round), sending `native` instead of `packed` to
+    /// the instances whose connection runs it.
+    pub fn round_or_native<Y: Send + 'static, N: Send + 'static>(
+        &self,
+        packed: &Arc<[u8]>,
+        native: Option<&Arc<Form>>,
+        commands: usize,
+        deadline: Instant,
+        classify: Classify<Y, N>,
+    ) -> Arc<Round<Y, N>> {
         let round = Round::new_for(self, classify);
         let sink: Sink = round.clone();
-        self.send(packed, commands, deadline, Some(&sink), false, |_| true);
+        let cmd = Packed {
+            lua: packed,
+            native,
+            commands,
+        };
+        self.send(cmd, deadline, Some(&sink), false, |_| true);
         round
     }
 
@@ -104,28 +136,40 @@ impl Instances {
     pub fn broadcast(&self, packed: &Arc<[u8]>, deadline: Instant) -> Receiver<(usize, Replies)> {
         let (tx, rx) = crossbeam_channel::bounded(self.list.len());
         let sink: Sink = Arc::new(tx);
-        self.send(packed, 1, deadline, Some(&sink), false, |_| true);
+        let cmd = Packed {
+            lua: packed,
+            native: None,
+            commands: 1,
+        };
+        self.send(cmd, deadline, Some(&sink), false, |_| true);
         rx
     }
 
     /// Queues a command that must reach its instances (a release): a
     /// worker that cannot deliver it keeps retrying until `deadline`, even
     /// after the caller stopped waiting. `to` picks the instances.
+    /// `native`, if given, goes instead of `packed` to the instances whose
+    /// connection runs it.
     pub fn deliver(
         &self,
         packed: &Arc<[u8]>,
+        native: Option<&Arc<Form>>,
         commands: usize,
         deadline: Instant,
         sink: Option<&Sink>,
         to: impl Fn(usize) -> bool,
     ) {
-        self.send(packed, commands, deadline, sink, true, to);
+        let cmd = Packed {
+            lua: packed,
+            native,
+            commands,
+        };
+        self.send(cmd, deadline, sink, true, to);
     }
 
     fn send(
         &self,
-        packed: &Arc<[u8]>,
-        commands: usize,
+        cmd: Packed<'_>,
         deadline: Instant,
         sink: Option<&Sink>,
         persistent: bool,
@@ -133,14 +177,23 @@ impl Instances {
     ) {
         for (_, instance) in self.list.iter().enumerate().filter(|(i, _)| to(*i)) {
             instance.send(Request {
-                packed: Arc::clone(packed),
-                commands,
+                packed: Arc::clone(cmd.lua),
+                native: cmd.native.cloned(),
+                commands: cmd.commands,
                 deadline,
                 sink: sink.cloned(),
                 persistent,
             });
         }
     }
+}
+
+/// What a request sends: its Lua form, and the native form where one
+/// exists (`native.rs`); `commands` replies either way.
+struct Packed<'a> {
+    lua: &'a Arc<[u8]>,
+    native: Option<&'a Arc<Form>>,
+    commands: usize,
 }
 
 /// One round of requests: the votes so far, and the caller waiting for the

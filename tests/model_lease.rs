@@ -29,6 +29,15 @@
 //! * Plain `PEXPIRE` does not: a short extension that timed out lands after
 //!   a later long one succeeded, and cuts the keys short under the client's
 //!   belief (the outside review's second finding).
+//! * The native extension on servers that have it (`SET key value IFEQ
+//!   value PX ttl`, Valkey 8.1+ and Redis 8.4+; `src/native.rs`) is a
+//!   compare-and-pexpire *without* GT. It keeps the property as the client
+//!   uses it: only for rounds that ask the lease's own TTL, only while the
+//!   client believes the lease for no longer than that TTL from now (so the
+//!   request, landing at any time, sets no expiry below a belief), and,
+//!   once one was sent, believing any longer round only up to that TTL.
+//!   Sending it while a longer belief stands, or believing a longer round
+//!   in full, breaks it.
 //!
 //! # Clean-up of a failed attempt
 //!
@@ -78,6 +87,15 @@ enum Expire {
     Gt,
     /// Plain `PEXPIRE key ttl`.
     Plain,
+    /// `SET key value IFEQ value PX ttl` (plain) for rounds asking
+    /// `ttl`, `PEXPIRE … GT` for the others; with `only_within`, only while
+    /// the belief ends no later than `ttl` from now; with `cap`, the client
+    /// believes no round longer than `ttl` once a native request was sent.
+    Native {
+        ttl: u8,
+        only_within: bool,
+        cap: bool,
+    },
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -87,8 +105,10 @@ struct LeaseState {
     keys: [Option<u8>; N],
     /// What the client believes: valid while `tick < valid_until`.
     valid_until: u8,
-    /// Requests still on their way: (instance, TTL, round).
-    in_flight: Vec<(usize, u8, u8)>,
+    /// Requests still on their way: (instance, TTL, round, native).
+    in_flight: Vec<(usize, u8, u8, bool)>,
+    /// A native (non-GT) request was sent.
+    native_sent: bool,
     rounds: u8,
     /// The last round that succeeded.
     last_success: u8,
@@ -120,18 +140,52 @@ struct ExtendModel {
 }
 
 impl ExtendModel {
-    fn apply(&self, s: &mut LeaseState, i: usize, ttl: u8) -> bool {
+    fn apply(&self, s: &mut LeaseState, i: usize, ttl: u8, native: bool) -> bool {
         match s.keys[i] {
-            // Not ours any more (expired): extend.lua touches nothing.
+            // Not ours any more (expired): extend.lua, and SET … IFEQ, touch
+            // nothing.
             None => false,
             Some(expiry) => {
                 let asked = s.tick + ttl;
                 s.keys[i] = Some(match self.expire {
-                    Expire::Gt => expiry.max(asked),
                     Expire::Plain => asked,
+                    Expire::Native { .. } if native => asked,
+                    Expire::Gt | Expire::Native { .. } => expiry.max(asked),
                 });
                 true
             }
+        }
+    }
+
+    /// Whether a round asking `ttl` is sent as the native command.
+    fn native(&self, s: &LeaseState, ttl: u8) -> bool {
+        match self.expire {
+            Expire::Native {
+                ttl: native,
+                only_within,
+                ..
+            } => native == ttl && (!only_within || s.valid_until <= s.tick + ttl),
+            _ => false,
+        }
+    }
+
+    /// The TTLs a round may ask for.
+    fn ttls(&self) -> &'static [u8] {
+        match self.expire {
+            Expire::Gt | Expire::Plain => &[SHORT, LONG],
+            Expire::Native { .. } => &[SHORT, FIRST_TTL, LONG],
+        }
+    }
+
+    /// How long a successful round asking `ttl` is believed.
+    fn believed(&self, s: &LeaseState, ttl: u8) -> u8 {
+        match self.expire {
+            Expire::Native {
+                ttl: native,
+                cap: true,
+                ..
+            } if s.native_sent => ttl.min(native),
+            _ => ttl,
         }
     }
 }
@@ -150,6 +204,7 @@ impl Model for ExtendModel {
             keys: [Some(FIRST_TTL); N],
             valid_until: FIRST_TTL,
             in_flight: Vec::new(),
+            native_sent: false,
             rounds: 0,
             last_success: 0,
             landed_after_later: false,
@@ -162,7 +217,7 @@ impl Model for ExtendModel {
         }
         // The watchdog and `extend()` only extend a lease they still hold.
         if s.rounds < MAX_ROUNDS && s.tick < s.valid_until {
-            for ttl in [SHORT, LONG] {
+            for &ttl in self.ttls() {
                 for now in 0..1u8 << N {
                     for late in 0..1u8 << N {
                         if now & late == 0 {
@@ -191,21 +246,26 @@ impl Model for ExtendModel {
             LeaseAction::Round { ttl, now, late } => {
                 s.rounds += 1;
                 let round = s.rounds;
-                let confirmed = members(now).filter(|&i| self.apply(&mut s, i, ttl)).count();
-                s.in_flight.extend(members(late).map(|i| (i, ttl, round)));
+                let native = self.native(&s, ttl);
+                s.native_sent |= native;
+                let confirmed = members(now)
+                    .filter(|&i| self.apply(&mut s, i, ttl, native))
+                    .count();
+                s.in_flight
+                    .extend(members(late).map(|i| (i, ttl, round, native)));
                 // A set of requests, not a sequence: one order per set.
                 s.in_flight.sort_unstable();
                 if confirmed >= QUORUM {
-                    s.valid_until = s.tick + ttl;
+                    s.valid_until = s.tick + self.believed(&s, ttl);
                     s.last_success = round;
                 } else if self.shorten_on_failure {
                     s.valid_until = s.valid_until.min(s.tick + ttl);
                 }
             }
             LeaseAction::Land(k) => {
-                let (i, ttl, round) = s.in_flight.remove(k);
+                let (i, ttl, round, native) = s.in_flight.remove(k);
                 s.landed_after_later |= round < s.last_success;
-                self.apply(&mut s, i, ttl);
+                self.apply(&mut s, i, ttl, native);
             }
         }
         Some(s)
@@ -232,11 +292,11 @@ impl Model for ExtendModel {
 /// numbering are one (symmetry reduction).
 fn lease_representative(s: &LeaseState) -> LeaseState {
     let key = |i: usize| {
-        let mut flying: Vec<(u8, u8)> = s
+        let mut flying: Vec<(u8, u8, bool)> = s
             .in_flight
             .iter()
             .filter(|f| f.0 == i)
-            .map(|f| (f.1, f.2))
+            .map(|f| (f.1, f.2, f.3))
             .collect();
         flying.sort_unstable();
         (s.keys[i], flying)
@@ -445,6 +505,74 @@ fn a_plain_pexpire_lets_a_late_short_extension_cut_the_lease() {
         actions.iter().any(|a| matches!(a, LeaseAction::Land(_))),
         "the counterexample needs an extension that lands late"
     );
+}
+
+#[test]
+fn native_extensions_of_the_leases_own_ttl_never_cut_a_believed_lease() {
+    let start = Instant::now();
+    let checker = ExtendModel {
+        expire: Expire::Native {
+            ttl: FIRST_TTL,
+            only_within: true,
+            cap: true,
+        },
+        shorten_on_failure: false,
+    }
+    .checker()
+    .symmetry_fn(lease_representative)
+    .spawn_dfs()
+    .join();
+    report("extend natively with the lease's TTL", start, &checker);
+    assert!(checker.is_done());
+    checker.assert_properties();
+}
+
+/// The counterexample of a native variant that must fail, and whether a
+/// native request landing late is part of it.
+fn native_counterexample(only_within: bool, cap: bool) -> (Vec<LeaseAction>, bool) {
+    let checker = ExtendModel {
+        expire: Expire::Native {
+            ttl: FIRST_TTL,
+            only_within,
+            cap,
+        },
+        shorten_on_failure: false,
+    }
+    .checker()
+    .spawn_bfs()
+    .join();
+    let path = checker
+        .discovery("a believed lease is held by a quorum")
+        .expect("this native variant must break the property");
+    let states = path.clone().into_states();
+    let actions = path.into_actions();
+    println!("counterexample: {actions:?}");
+    let late_native = actions
+        .iter()
+        .zip(&states)
+        .any(|(a, before)| matches!(a, LeaseAction::Land(k) if before.in_flight[*k].3));
+    (actions, late_native)
+}
+
+#[test]
+fn a_longer_round_believed_in_full_is_cut_by_a_late_native_extension() {
+    let (actions, late_native) = native_counterexample(true, false);
+    assert!(
+        late_native,
+        "the counterexample needs a native request landing late"
+    );
+    assert!(actions
+        .iter()
+        .any(|a| matches!(a, LeaseAction::Round { ttl: LONG, .. })));
+}
+
+#[test]
+fn a_native_extension_sent_under_a_longer_belief_cuts_it() {
+    // Even in time: SET … PX sets the expiry it is given, shorter or not.
+    let (actions, _) = native_counterexample(false, true);
+    assert!(actions
+        .iter()
+        .any(|a| matches!(a, LeaseAction::Round { ttl: LONG, .. })));
 }
 
 #[test]

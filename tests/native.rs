@@ -1,0 +1,269 @@
+//! The server's own compare-and-delete and compare-and-expire, where it has
+//! them (Valkey 9.0+ `DELIFEQ`, Redis 8.4+ `DELEX … IFEQ`, Valkey 8.1+ and
+//! Redis 8.4+ `SET … IFEQ … PX`), and the Lua scripts elsewhere: checked
+//! through `INFO commandstats` of real servers. The tests run on whichever
+//! server the harness starts (`REDFENCE_TEST_SERVER`, see `docs/testing.md`)
+//! and expect what that server's version has; CI runs them on Redis 7.0,
+//! Valkey 8.1 and 9.1 and Redis 8.2.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{eventually, lock_key};
+use redfence::testing::{RedisCluster, RedisServer, ServerOptions};
+use redfence::{acl_rules, LockOptions, Redlock};
+
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// What a server of this version runs, from its release notes: not from
+/// the library's own probe.
+#[derive(Debug, Clone, Copy)]
+struct Has {
+    /// `DELIFEQ` or `DELEX … IFEQ`: a native release.
+    compare_and_delete: bool,
+    /// `SET … IFEQ … PX`: a native extension.
+    compare_and_expire: bool,
+}
+
+fn has(server: &RedisServer) -> Has {
+    let version = server.server_version();
+    let (name, number) = version.split_once(' ').expect("name and version");
+    let mut parts = number.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let major_minor = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    match name {
+        "valkey" => Has {
+            compare_and_delete: major_minor >= (9, 0),
+            compare_and_expire: major_minor >= (8, 1),
+        },
+        _ => Has {
+            compare_and_delete: major_minor >= (8, 4),
+            compare_and_expire: major_minor >= (8, 4),
+        },
+    }
+}
+
+/// The calls of each command, per server.
+fn calls(cluster: &RedisCluster, command: &str) -> Vec<u64> {
+    cluster
+        .iter()
+        .map(|s| s.commandstats().get(command).copied().unwrap_or(0))
+        .collect()
+}
+
+/// Native releases, whichever command the server has.
+fn native_releases(cluster: &RedisCluster) -> Vec<u64> {
+    let delifeq = calls(cluster, "delifeq");
+    let delex = calls(cluster, "delex");
+    delifeq.iter().zip(delex).map(|(a, b)| a + b).collect()
+}
+
+fn added(before: &[u64], after: &[u64]) -> Vec<u64> {
+    before.iter().zip(after).map(|(b, a)| a - b).collect()
+}
+
+/// Every server answered every request sent so far (a call returns at a
+/// quorum): `command` reached `want` calls more than `before` on each.
+fn all_reach(cluster: &RedisCluster, command: &str, before: &[u64], want: u64) -> bool {
+    eventually(PATIENCE, || {
+        let now = if command == "native-release" {
+            native_releases(cluster)
+        } else {
+            calls(cluster, command)
+        };
+        added(before, &now).iter().all(|&n| n >= want)
+    })
+}
+
+fn ready(locks: &Redlock) {
+    assert!(eventually(PATIENCE, || locks
+        .ping()
+        .iter()
+        .all(|(_, r)| r.is_ok())));
+}
+
+#[test]
+fn release_and_extension_use_the_servers_own_commands_where_it_has_them() {
+    let cluster = RedisCluster::start(3);
+    let has = has(cluster.server(0));
+    let locks = Redlock::new(cluster.urls()).unwrap();
+    ready(&locks);
+    let ttl = Duration::from_secs(5);
+    let guard = locks
+        .lock_with("native", LockOptions::new().ttl(ttl).auto_extend(false))
+        .unwrap();
+    // The acquire is a script on every server.
+    assert!(all_reach(&cluster, "evalsha", &[0, 0, 0], 1));
+    let evalsha = calls(&cluster, "evalsha");
+
+    let set = calls(&cluster, "set");
+    guard.extend(ttl).unwrap();
+    if has.compare_and_expire {
+        assert!(all_reach(&cluster, "set", &set, 1), "no SET … IFEQ");
+        assert_eq!(calls(&cluster, "evalsha"), evalsha, "extended in Lua");
+    } else {
+        assert!(all_reach(&cluster, "evalsha", &evalsha, 1), "no extension");
+    }
+
+    let evalsha = calls(&cluster, "evalsha");
+    let native = native_releases(&cluster);
+    let token = guard.token();
+    guard.release().unwrap();
+    if has.compare_and_delete {
+        assert!(
+            all_reach(&cluster, "native-release", &native, 1),
+            "no DELIFEQ"
+        );
+        assert_eq!(calls(&cluster, "evalsha"), evalsha, "released in Lua");
+    } else {
+        assert!(all_reach(&cluster, "evalsha", &evalsha, 1), "no release");
+        assert_eq!(native_releases(&cluster), native);
+    }
+    for server in cluster.iter() {
+        assert!(!server.exists(&lock_key("native")));
+    }
+    // The next holder gets the lock at once, with a higher token.
+    let next = locks.try_lock("native").unwrap();
+    assert!(next.token() > token);
+}
+
+#[test]
+fn the_watchdog_keeps_a_lease_with_the_native_extension() {
+    let cluster = RedisCluster::start(3);
+    let has = has(cluster.server(0));
+    let locks = Redlock::new(cluster.urls()).unwrap();
+    ready(&locks);
+    let guard = locks
+        .lock_with(
+            "watched",
+            LockOptions::new().ttl(Duration::from_millis(600)),
+        )
+        .unwrap();
+    assert!(all_reach(&cluster, "evalsha", &[0, 0, 0], 1));
+    let evalsha = calls(&cluster, "evalsha");
+    let set = calls(&cluster, "set");
+    // Three extensions at least: well past the first TTL.
+    let command = if has.compare_and_expire {
+        "set"
+    } else {
+        "evalsha"
+    };
+    let before = if has.compare_and_expire {
+        &set
+    } else {
+        &evalsha
+    };
+    assert!(
+        all_reach(&cluster, command, before, 3),
+        "too few extensions"
+    );
+    assert!(guard.is_held());
+    if has.compare_and_expire {
+        assert_eq!(calls(&cluster, "evalsha"), evalsha, "extended in Lua");
+    }
+    guard.release().unwrap();
+}
+
+#[test]
+fn a_release_that_finds_its_key_gone_still_voids_the_attempt() {
+    let cluster = RedisCluster::start(3);
+    let locks = Redlock::new(cluster.urls()).unwrap();
+    ready(&locks);
+    let guard = locks.lock("gone").unwrap();
+    assert!(eventually(PATIENCE, || cluster
+        .iter()
+        .all(|s| s.exists(&lock_key("gone")))));
+    // As if the key had expired there: a copy of our acquire still on its
+    // way must not take the lock back when it lands.
+    assert!(cluster.server(0).del(&lock_key("gone")));
+    guard.release().unwrap();
+    assert!(eventually(PATIENCE, || !cluster
+        .server(0)
+        .keys("redfence:void:*")
+        .is_empty()));
+    for i in 1..3 {
+        assert!(!cluster.server(i).exists(&lock_key("gone")));
+        assert!(cluster.server(i).keys("redfence:void:*").is_empty());
+    }
+}
+
+const USER: &str = "redfence";
+const PASSWORD: &str = "native-pa55word";
+
+fn with_user(rules: &[String]) -> RedisCluster {
+    RedisCluster::start_with(
+        3,
+        ServerOptions {
+            acl_users: vec![format!("{USER} on >{PASSWORD} {}", rules.join(" "))],
+            ..Default::default()
+        },
+    )
+}
+
+#[test]
+fn an_acl_user_without_the_native_commands_keeps_the_scripts() {
+    // The documented rules: no DELIFEQ or DELEX (Redis 7 does not know
+    // them), so releases stay in Lua, on every server.
+    let cluster = with_user(&acl_rules("redfence:"));
+    let locks = Redlock::new(cluster.urls_as(USER, PASSWORD)).unwrap();
+    ready(&locks);
+    let guard = locks.lock("acl").unwrap();
+    assert!(all_reach(&cluster, "evalsha", &[0, 0, 0], 1));
+    let evalsha = calls(&cluster, "evalsha");
+    guard.release().unwrap();
+    assert!(all_reach(&cluster, "evalsha", &evalsha, 1), "no release");
+    assert_eq!(native_releases(&cluster), vec![0, 0, 0]);
+    assert!(cluster.iter().all(|s| !s.exists(&lock_key("acl"))));
+}
+
+#[test]
+fn an_acl_user_allowed_the_native_commands_uses_them() {
+    let probe = RedisServer::start();
+    let (has, version) = (has(&probe), probe.server_version());
+    drop(probe);
+    if !has.compare_and_delete {
+        // Nothing to allow: the server does not know the commands (an ACL
+        // rule naming one would be refused).
+        return;
+    }
+    let mut rules = acl_rules("redfence:");
+    rules.push(if version.starts_with("valkey") {
+        "+delifeq".to_string()
+    } else {
+        "+delex".to_string()
+    });
+    let cluster = with_user(&rules);
+    let locks = Redlock::new(cluster.urls_as(USER, PASSWORD)).unwrap();
+    ready(&locks);
+    let guard = locks.lock("acl").unwrap();
+    assert!(all_reach(&cluster, "evalsha", &[0, 0, 0], 1));
+    let evalsha = calls(&cluster, "evalsha");
+    guard.release().unwrap();
+    assert!(all_reach(&cluster, "native-release", &[0, 0, 0], 1));
+    assert_eq!(calls(&cluster, "evalsha"), evalsha);
+}
+
+#[test]
+fn a_longer_extension_after_a_native_one_counts_only_the_leases_ttl() {
+    let cluster = RedisCluster::start(3);
+    let has = has(cluster.server(0));
+    let locks = Redlock::new(cluster.urls()).unwrap();
+    ready(&locks);
+    let ttl = Duration::from_secs(3);
+    let guard = locks
+        .lock_with("longer", LockOptions::new().ttl(ttl).auto_extend(false))
+        .unwrap();
+    guard.extend(ttl).unwrap();
+    guard.extend(Duration::from_secs(30)).unwrap();
+    // The instances keep the keys for the longer TTL either way.
+    assert!(eventually(PATIENCE, || cluster
+        .iter()
+        .all(|s| s.pttl(&lock_key("longer")) > 20_000)));
+    if has.compare_and_expire {
+        // The native extension of 3 s may still land late and set 3 s from
+        // then: the client counts no more than that.
+        assert!(guard.validity() <= ttl, "{:?}", guard.validity());
+    } else {
+        assert!(guard.validity() > Duration::from_secs(20));
+    }
+}
