@@ -236,6 +236,26 @@ impl RedlockBuilder {
         self
     }
 
+    /// Whether to release and extend a single resource with the server's
+    /// own commands where it has them: `DELIFEQ` (Valkey 9.0+) or `DELEX …
+    /// IFEQ` (Redis 8.4+) for a release, `SET … IFEQ … PX` (Valkey 8.1+,
+    /// Redis 8.4+) for an extension. Each connection finds out what its
+    /// server runs, and what its ACL user may run, when it connects; the
+    /// Lua scripts stand in everywhere else. With `false`, every instance
+    /// gets the scripts.
+    ///
+    /// The guarantees are the same either way (`docs/protocol.md`). One
+    /// difference shows: after a native extension, a manual
+    /// [`extend`](crate::LockGuard::extend) longer than the lock's TTL is
+    /// counted in [`validity`](crate::LockGuard::validity) only up to that
+    /// TTL (the instances keep the longer one).
+    ///
+    /// Defaults to `true`.
+    pub fn native_commands(mut self, on: bool) -> Self {
+        self.config.native_commands = on;
+        self
+    }
+
     /// The name this client shows to others: in
     /// [`Error::Contended`](crate::Error::Contended), in
     /// [`Redlock::holder`](crate::Redlock::holder), in election events and
@@ -295,7 +315,7 @@ impl RedlockBuilder {
                 cfg.instance_timeout,
                 Arc::clone(&warmup),
                 Arc::clone(&clock),
-                format!("{}probe", cfg.prefix),
+                cfg.native_commands.then(|| format!("{}probe", cfg.prefix)),
                 Arc::clone(&native),
             );
             let instance = Instance::start(InstanceConfig {

@@ -33,6 +33,9 @@ pub(crate) struct Config {
     pub max_extensions: Option<u32>,
     pub max_lease_lifetime: Option<Duration>,
     pub max_pipeline: usize,
+    /// Use the servers' own compare-and-delete and compare-and-expire where
+    /// they have them (`native.rs`).
+    pub native_commands: bool,
     /// Shown to other clients inside our lock values (see `holder.rs`).
     pub identity: String,
 }
@@ -99,6 +102,7 @@ impl Default for Config {
             max_extensions: None,
             max_lease_lifetime: None,
             max_pipeline: 256,
+            native_commands: true,
             identity: crate::holder::default_identity(),
         }
     }

@@ -68,8 +68,9 @@ pub(crate) struct Manager {
     warmup: Arc<Warmup>,
     reported: AtomicBool,
     clock: Arc<InstanceClock>,
-    /// The key the native-command probe names (in the client's prefix).
-    probe_key: String,
+    /// The key the native-command probe names (in the client's prefix);
+    /// no probe, and no native commands, without one.
+    probe_key: Option<String>,
     /// Where the probe's finding is published.
     support: Arc<native::Support>,
 }
@@ -84,7 +85,7 @@ impl Manager {
         timeout: Duration,
         warmup: Arc<Warmup>,
         clock: Arc<InstanceClock>,
-        probe_key: String,
+        probe_key: Option<String>,
         support: Arc<native::Support>,
     ) -> Self {
         Manager {
@@ -122,7 +123,9 @@ impl Manager {
             native: native::Commands::default(),
         };
         load_scripts(&mut conn)?;
-        conn.native = native::probe(&mut conn.inner, &self.probe_key)?;
+        if let Some(key) = &self.probe_key {
+            conn.native = native::probe(&mut conn.inner, key)?;
+        }
         self.support.record(conn.native);
         // The instance's clock, for the proposal of new tokens (see
         // clock.rs): a connection whose clock is not known would only make

@@ -22,7 +22,14 @@
 //! * The client's proposal `P` is its start time or half a tick ahead; a
 //!   request that lands late carries a proposal from the past, which is
 //!   what a wrong clock reading amounts to.
-//! * Lock keys vanish at any time (expiry, release).
+//! * Lock keys vanish at any time (expiry, release). A release is a
+//!   compare-and-delete, an extension a compare-and-pexpire: whether the
+//!   instance runs `lua/release.lua` and `lua/extend.lua` or, where it has
+//!   them, the native `DELIFEQ` / `DELEX … IFEQ` and `SET … IFEQ … PX`
+//!   (`src/native.rs`), they only ever remove or keep a key holding the
+//!   caller's value, which "vanish at any time" covers. Neither touches a
+//!   counter. How long an extension keeps a key is `tests/model_lease.rs`'s
+//!   concern, which models the native extension's own rules.
 //! * An instance loses its data (counter and lock gone) or comes back from
 //!   an older snapshot (counter older, lock gone).
 //!

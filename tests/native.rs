@@ -267,3 +267,25 @@ fn a_longer_extension_after_a_native_one_counts_only_the_leases_ttl() {
         assert!(guard.validity() > Duration::from_secs(20));
     }
 }
+
+#[test]
+fn native_commands_off_keeps_the_scripts_everywhere() {
+    let cluster = RedisCluster::start(3);
+    let locks = Redlock::builder(cluster.urls())
+        .native_commands(false)
+        .build()
+        .unwrap();
+    ready(&locks);
+    let ttl = Duration::from_secs(5);
+    let guard = locks
+        .lock_with("scripts", LockOptions::new().ttl(ttl).auto_extend(false))
+        .unwrap();
+    assert!(all_reach(&cluster, "evalsha", &[0, 0, 0], 1));
+    let evalsha = calls(&cluster, "evalsha");
+    guard.extend(ttl).unwrap();
+    assert!(all_reach(&cluster, "evalsha", &evalsha, 1), "no extension");
+    let evalsha = calls(&cluster, "evalsha");
+    guard.release().unwrap();
+    assert!(all_reach(&cluster, "evalsha", &evalsha, 1), "no release");
+    assert_eq!(native_releases(&cluster), vec![0, 0, 0]);
+}
