@@ -30,15 +30,18 @@ TEST_TIMEOUT=${MUTANTS_TEST_TIMEOUT:-900}
 LOG_DIR=target/mutants
 
 NAMES=()
-declare -A FILE TESTS ORIG REPL
+declare -A FILE TESTS ORIG REPL SERVER
 
-# m NAME FILE "TEST_FILE..." ORIGINAL REPLACEMENT
+# m NAME FILE "TEST_FILE..." ORIGINAL REPLACEMENT [SERVER]
+# SERVER: a server of .ci/servers.sh the tests run on (REDFENCE_TEST_SERVER)
+# instead of redis-server, for code only another server exercises.
 m() {
     NAMES+=("$1")
     FILE[$1]=$2
     TESTS[$1]=$3
     ORIG[$1]=$4
     REPL[$1]=$5
+    SERVER[$1]=${6:-}
 }
 
 # What the instances execute (lua/) and the SQL recipe (src/sql.rs):
@@ -245,8 +248,8 @@ m extend-without-quorum src/lease.rs "safety watchdog" \
   'if now < new_valid {'
 
 m extend-validity-ignores-drift src/lease.rs "safety" \
-  'let validity = self.ttl.saturating_sub(shared.cfg.drift(self.ttl));' \
-  'let validity = self.ttl;'
+  'let validity = believed.saturating_sub(shared.cfg.drift(believed));' \
+  'let validity = believed;'
 
 m not-held-not-detected src/lease.rs "safety watchdog" \
   'if tally.no.len() > shared.instances.len() - quorum {
@@ -270,11 +273,38 @@ m extension-cap-ignored src/watchdog.rs "watchdog" \
   'cfg.max_extensions.is_none_or(|max| extensions < max)' \
   'cfg.max_extensions.is_none_or(|max| extensions < max + 1000)'
 
+# --- Rust: the native commands (src/native.rs), on Valkey 9.1 ----------------
+
+m native-probe-finds-no-delifeq src/native.rs "native" \
+  'delifeq: int(replies.first()),' \
+  'delifeq: false,' valkey-9.1.2
+
+m native-release-never-voids src/native.rs "native" \
+  '(Form::Release { void, .. }, Some(Value::Int(0))) => Some(void),' \
+  '(Form::Release { void, .. }, Some(Value::Int(2))) => Some(void),' valkey-9.1.2
+
+m native-extension-read-as-lost src/native.rs "native watchdog" \
+  'Value::Okay => *first = Value::Int(1),' \
+  'Value::Okay => *first = Value::Int(0),' valkey-9.1.2
+
+m native-refusal-not-retried src/instance.rs "native" \
+  'if Form::refused(values) {' \
+  'if false {' valkey-9.1.2
+
+m native-extension-under-a-longer-belief src/lease.rs "native" \
+  '&& st.valid_until <= start + ttl' \
+  '&& true' valkey-9.1.2
+
+m native-longer-round-believed-in-full src/lease.rs "native" \
+  'self.ttl.min(lease.native_ttl)' \
+  'self.ttl' valkey-9.1.2
+
 # ---------------------------------------------------------------------------
 
 if [[ ${1:-} == --list ]]; then
     for n in "${NAMES[@]}"; do
-        printf '%-30s %-22s tests: %s\n' "$n" "${FILE[$n]}" "${TESTS[$n]}"
+        printf '%-30s %-22s tests: %s%s\n' "$n" "${FILE[$n]}" "${TESTS[$n]}" \
+            "${SERVER[$n]:+ (on ${SERVER[$n]})}"
     done
     exit 0
 fi
@@ -291,6 +321,7 @@ for n in "${selected[@]}"; do
 done
 
 command -v python3 >/dev/null || { echo "python3 is needed" >&2; exit 2; }
+source .ci/servers.sh
 mkdir -p "$LOG_DIR"
 BACKUP=$(mktemp -d)
 CURRENT=""
@@ -335,10 +366,17 @@ for n in "${selected[@]}"; do
     for t in ${TESTS[$n]}; do
         args+=(--test "$t")
     done
-    echo "--- $n ($file; tests: ${TESTS[$n]})" >"$log"
+    server=redis-server
+    if [[ -n ${SERVER[$n]} ]]; then
+        server=$(server_path "${SERVER[$n]}")
+    fi
+    echo "--- $n ($file; tests: ${TESTS[$n]}; server: $server)" >"$log"
     if ! nice -n 5 cargo test --features testing --no-run "${args[@]}" >>"$log" 2>&1; then
         OUTCOME[$n]=unviable
-    elif nice -n 5 timeout "$TEST_TIMEOUT" \
+    elif [[ ! -x $server ]] && ! command -v "$server" >/dev/null; then
+        OUTCOME[$n]=STALE
+        echo "no server $server (bash .ci/setup fetches it)" >>"$log"
+    elif REDFENCE_TEST_SERVER=$server nice -n 5 timeout "$TEST_TIMEOUT" \
         cargo test --features testing "${args[@]}" >>"$log" 2>&1; then
         OUTCOME[$n]=SURVIVED
     else

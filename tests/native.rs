@@ -289,3 +289,59 @@ fn native_commands_off_keeps_the_scripts_everywhere() {
     assert!(all_reach(&cluster, "evalsha", &evalsha, 1), "no release");
     assert_eq!(native_releases(&cluster), vec![0, 0, 0]);
 }
+
+#[test]
+fn an_extension_never_shortens_the_keys_natively_or_not() {
+    let cluster = RedisCluster::start(3);
+    let locks = Redlock::new(cluster.urls()).unwrap();
+    ready(&locks);
+    let ttl = Duration::from_secs(3);
+    let guard = locks
+        .lock_with("shorter", LockOptions::new().ttl(ttl).auto_extend(false))
+        .unwrap();
+    guard.extend(Duration::from_secs(30)).unwrap();
+    // The lease's own TTL again, while the keys have 30 s: a SET … PX here
+    // would cut them to 3 s.
+    guard.extend(ttl).unwrap();
+    assert!(eventually(PATIENCE, || cluster
+        .iter()
+        .all(|s| s.pttl(&lock_key("shorter")) > 20_000)));
+    let pttl: Vec<i64> = cluster.iter().map(|s| s.pttl(&lock_key("shorter"))).collect();
+    assert!(pttl.iter().all(|&ms| ms > 20_000), "{pttl:?}");
+}
+
+#[test]
+fn a_native_command_refused_after_connecting_falls_back_to_the_script() {
+    let probe = RedisServer::start();
+    let (has, version) = (has(&probe), probe.server_version());
+    drop(probe);
+    if !has.compare_and_delete {
+        // The server has no native release to refuse.
+        return;
+    }
+    let command = if version.starts_with("valkey") {
+        "delifeq"
+    } else {
+        "delex"
+    };
+    let mut rules = acl_rules("redfence:");
+    rules.push(format!("+{command}"));
+    let cluster = with_user(&rules);
+    let locks = Redlock::new(cluster.urls_as(USER, PASSWORD)).unwrap();
+    ready(&locks);
+    // The connections found the command allowed; now it is not.
+    for server in cluster.iter() {
+        server
+            .cmd(&["ACL", "SETUSER", USER, &format!("-{command}")])
+            .unwrap();
+    }
+    let guard = locks.lock("revoked").unwrap();
+    assert!(all_reach(&cluster, "evalsha", &[0, 0, 0], 1));
+    guard.release().unwrap();
+    assert!(eventually(PATIENCE, || cluster
+        .iter()
+        .all(|s| !s.exists(&lock_key("revoked")))));
+    // The next release goes straight to the script.
+    let again = locks.lock("revoked").unwrap();
+    again.release().unwrap();
+}
