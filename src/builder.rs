@@ -448,3 +448,57 @@ fn tls_feature_missing(index: usize) -> Error {
 fn instance_name(info: &ConnectionInfo) -> String {
     format!("{}/{}", info.addr(), info.redis_settings().db())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn three() -> RedlockBuilder {
+        Redlock::builder([
+            "redis://127.0.0.1:7001",
+            "redis://127.0.0.1:7002",
+            "redis://127.0.0.1:7003",
+        ])
+    }
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// Every documented range includes its ends and nothing past them.
+    /// (The upper ends of `instance_timeout` and the drift floor, 30 days,
+    /// cannot be reached alone: the default TTL must exceed both.)
+    #[test]
+    fn limits_include_their_ends() {
+        let ok = |b: RedlockBuilder| b.validate().map(drop);
+        let hour = Duration::from_secs(3600);
+        for (name, edge, past) in [
+            (
+                "connect_timeout low",
+                ok(three().connect_timeout(MS)),
+                ok(three().connect_timeout(MS - Duration::from_nanos(1))),
+            ),
+            (
+                "connect_timeout high",
+                ok(three().connect_timeout(hour)),
+                ok(three().connect_timeout(hour + MS)),
+            ),
+            (
+                "instance_timeout low",
+                ok(three().instance_timeout(MS)),
+                ok(three().instance_timeout(MS - Duration::from_nanos(1))),
+            ),
+            (
+                "retry_delay low",
+                ok(three().retry_delay(MS)),
+                ok(three().retry_delay(MS - Duration::from_nanos(1))),
+            ),
+            (
+                "retry_delay high",
+                ok(three().retry_delay(MAX_TTL)),
+                ok(three().retry_delay(MAX_TTL + MS)),
+            ),
+        ] {
+            assert!(edge.is_ok(), "{name}: the end itself is refused: {edge:?}");
+            assert!(past.is_err(), "{name}: past the end is accepted");
+        }
+    }
+}

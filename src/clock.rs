@@ -118,7 +118,6 @@ fn time_micros(reply: &Value) -> Option<u64> {
     };
     let number = |v: &Value| match v {
         Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse::<u64>().ok(),
-        Value::Int(i) => u64::try_from(*i).ok(),
         _ => None,
     };
     match parts.as_slice() {

@@ -23,9 +23,10 @@ pub enum Error {
         attempts: u32,
         /// The current holder's identity
         /// ([`RedlockBuilder::identity`](crate::RedlockBuilder::identity)),
-        /// where more than half of the instances that answered the last
-        /// attempt named the same one; `None` otherwise (or for a holder
-        /// that predates identities). Never the secret part of its value.
+        /// where more than half of the answers the last attempt had when
+        /// it was decided (failures included) named the same one; `None`
+        /// otherwise (or for a holder that predates identities). Never the
+        /// secret part of its value.
         holder: Option<String>,
     },
     /// Too few instances answered for a quorum to be reached or ruled out.

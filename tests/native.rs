@@ -306,7 +306,10 @@ fn an_extension_never_shortens_the_keys_natively_or_not() {
     assert!(eventually(PATIENCE, || cluster
         .iter()
         .all(|s| s.pttl(&lock_key("shorter")) > 20_000)));
-    let pttl: Vec<i64> = cluster.iter().map(|s| s.pttl(&lock_key("shorter"))).collect();
+    let pttl: Vec<i64> = cluster
+        .iter()
+        .map(|s| s.pttl(&lock_key("shorter")))
+        .collect();
     assert!(pttl.iter().all(|&ms| ms > 20_000), "{pttl:?}");
 }
 

@@ -213,3 +213,41 @@ fn releases_are_not_counted_as_losses() {
     assert!(locks.ping().iter().all(|(_, r)| r.is_ok()));
     assert_eq!(lost_counts(), Vec::<(String, u64)>::new());
 }
+
+/// Increases of the counter `name` since the last look, all labels.
+fn counted(name: &str) -> u64 {
+    let snapshotter = SNAPSHOTTER.get().expect("recorder installed");
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, _, _, _)| key.key().name() == name)
+        .map(|(_, _, _, value)| match value {
+            DebugValue::Counter(n) => n,
+            _ => 0,
+        })
+        .sum()
+}
+
+/// docs/observability.md: `redfence_fence_raise_total` counts "fence raise
+/// rounds that reached a quorum". Counters made to disagree (one instance
+/// far ahead) force one; it is counted once.
+#[test]
+fn a_raise_round_that_reaches_a_quorum_is_counted() {
+    let _turn = turn();
+    let cluster = RedisCluster::start(3);
+    let locks = client(&cluster, |b| b);
+    counted("redfence_fence_raise_total");
+    let ahead = 1u64 << 52;
+    cluster
+        .server(0)
+        .cmd(&["SET", "redfence:fence:{raised}", &ahead.to_string()])
+        .unwrap();
+    // The other two answer first, or the one ahead: either way the answers
+    // disagree, so a raise round runs before the grant.
+    let guard = locks.lock("raised").unwrap();
+    let token = guard.token().get();
+    guard.release().unwrap();
+    assert!(token > ahead, "{token}");
+    assert_eq!(counted("redfence_fence_raise_total"), 1);
+}
