@@ -161,6 +161,13 @@ mod tests {
     }
 
     #[test]
+    fn a_prefix_may_be_as_long_as_a_resource_name_and_no_longer() {
+        assert!(validate_prefix(&"p".repeat(MAX_RESOURCE_LEN)).is_ok());
+        assert!(validate_prefix(&"p".repeat(MAX_RESOURCE_LEN + 1)).is_err());
+        assert!(validate_prefix("").is_ok());
+    }
+
+    #[test]
     fn bad_names_are_refused_with_a_reason() {
         assert!(matches!(
             validate_resource(""),

@@ -902,3 +902,53 @@ fn two_holders_of_one_instance_each_name_nobody() {
         .server(2)
         .exists(&lock_key("split"))));
 }
+
+/// `LockOptions::wait`: "A new attempt starts only if it can end before
+/// this budget does." An attempt may take two instance timeouts (the vote
+/// and a raise round): with 1 s timeouts, an attempt that took its full
+/// timeout leaves too little of a 2.5 s budget for another.
+#[test]
+fn no_attempt_starts_that_cannot_end_within_the_wait() {
+    let p = Proxied::start(5);
+    let locks = p
+        .builder()
+        .instance_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    warm(&locks);
+    // Held on two, free on one, two never answer: each attempt is decided
+    // only when the two time out, as Contended.
+    for i in [0, 1] {
+        hold_as(p.cluster.server(i), "budget", "alice");
+    }
+    p.set(&[3, 4], Fault::BlackHole);
+    let start = Instant::now();
+    let result = locks.lock_with(
+        "budget",
+        LockOptions::new().wait(Duration::from_millis(2500)),
+    );
+    let elapsed = start.elapsed();
+    p.pass_all();
+    match result {
+        Err(Error::Contended { attempts, .. }) => assert_eq!(attempts, 1, "after {elapsed:?}"),
+        other => panic!("expected Contended, got {other:?}"),
+    }
+    assert!(elapsed < Duration::from_millis(2500), "{elapsed:?}");
+}
+
+/// A lock call on a free resource does not wait for anything: the default
+/// wait budget is for retries, and no other call of this client waits for
+/// these resources. Ten lock + release pairs take a small fraction of one
+/// retry pause (250 ms) each.
+#[test]
+fn locking_a_free_resource_waits_for_nothing() {
+    let cluster = RedisCluster::start(3);
+    let locks = builder(&cluster).build().unwrap();
+    warm(&locks);
+    let start = Instant::now();
+    for i in 0..10 {
+        locks.lock(&format!("free-{i}")).unwrap().release().unwrap();
+    }
+    let elapsed = start.elapsed();
+    assert!(elapsed < Duration::from_millis(1500), "{elapsed:?}");
+}
