@@ -81,12 +81,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_readme_shows_the_rules() {
+    fn the_readme_and_the_docs_show_the_rules() {
         let line = format!(
             "ACL SETUSER redfence on >secret {}",
             acl_rules("redfence:").join(" ")
         );
         assert!(include_str!("../README.md").contains(&line), "{line}");
+        assert!(
+            include_str!("../docs/tls-and-acls.md").contains(&line),
+            "{line}"
+        );
     }
 
     #[test]
