@@ -952,3 +952,25 @@ fn locking_a_free_resource_waits_for_nothing() {
     let elapsed = start.elapsed();
     assert!(elapsed < Duration::from_millis(1500), "{elapsed:?}");
 }
+
+/// docs/protocol.md, "Inside the client": a call waiting for a held lock
+/// tries again when the holder's release is
+/// announced, and otherwise re-checks every 250 ms at most (for a holder
+/// that dies without releasing): waiting one second costs a handful of
+/// attempts, not a stream of them.
+#[test]
+fn a_waiting_call_does_not_hammer_the_instances() {
+    let cluster = RedisCluster::start(3);
+    let holder = builder(&cluster).build().unwrap();
+    let waiter = builder(&cluster).build().unwrap();
+    warm(&holder);
+    warm(&waiter);
+    let _held = holder.lock("busy").unwrap();
+    let result = waiter.lock_with("busy", LockOptions::new().wait(Duration::from_secs(1)));
+    match result {
+        Err(Error::Contended { attempts, .. }) => {
+            assert!((2..=12).contains(&attempts), "{attempts} attempts in 1 s")
+        }
+        other => panic!("expected Contended, got {other:?}"),
+    }
+}
