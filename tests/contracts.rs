@@ -954,10 +954,10 @@ fn locking_a_free_resource_waits_for_nothing() {
 }
 
 /// docs/protocol.md, "Inside the client": a call waiting for a held lock
-/// tries again when the holder's release is
-/// announced, and otherwise re-checks every 250 ms at most (for a holder
-/// that dies without releasing): waiting one second costs a handful of
-/// attempts, not a stream of them.
+/// tries again when the holder's release is announced, and otherwise
+/// re-checks every 250 ms at most (for a holder that dies without
+/// releasing): waiting one second costs a handful of attempts, not a
+/// stream of them.
 #[test]
 fn a_waiting_call_does_not_hammer_the_instances() {
     let cluster = RedisCluster::start(3);
