@@ -251,13 +251,18 @@ fn a_clean_up_that_overtakes_its_acquire_leaves_no_orphan_lock() {
 fn an_acquire_applied_twice_is_granted_twice_with_the_same_tokens() {
     let server = RedisServer::start();
     let mut conn = server.connection();
-    let first = acquire_script(&mut conn, &["twice"], "ours", 0);
-    assert_eq!(first[0], 1, "granted");
-    let again = acquire_script(&mut conn, &["twice"], "ours", 0);
-    assert_eq!(again, first, "a resend is the same grant");
-    assert_eq!(counter(&server, "twice"), Some(first[1]));
-    let other = acquire_script(&mut conn, &["twice"], "theirs", 0);
-    assert_eq!(other, [0], "another value is refused");
+    // One resource, and a set (the script's other path).
+    for resources in [&["twice"][..], &["twice-a", "twice-b"]] {
+        let first = acquire_script(&mut conn, resources, "ours", 0);
+        assert_eq!(first[0], 1, "{resources:?}: granted");
+        let again = acquire_script(&mut conn, resources, "ours", 0);
+        assert_eq!(again, first, "{resources:?}: a resend is the same grant");
+        for (resource, token) in resources.iter().zip(&first[1..]) {
+            assert_eq!(counter(&server, resource), Some(*token));
+        }
+        let other = acquire_script(&mut conn, resources, "theirs", 0);
+        assert_eq!(other, [0], "{resources:?}: another value is refused");
+    }
 }
 
 /// The review's fourth finding: an instance restarted from an RDB
