@@ -470,6 +470,9 @@ mod tests {
     fn limits_include_their_ends() {
         let ok = |b: RedlockBuilder| b.validate().map(drop);
         let hour = Duration::from_secs(3600);
+        let ten_years = Duration::from_secs(10 * 365 * 24 * 3600);
+        let thirty_days = Duration::from_secs(30 * 24 * 3600);
+        assert_eq!(MAX_TTL, thirty_days, "the documented 30 day limit");
         for (name, edge, past) in [
             (
                 "connect_timeout low",
@@ -495,6 +498,21 @@ mod tests {
                 "retry_delay high",
                 ok(three().retry_delay(MAX_TTL)),
                 ok(three().retry_delay(MAX_TTL + MS)),
+            ),
+            (
+                "fence_idle_expiry low",
+                ok(three().fence_idle_expiry(Duration::from_secs(1))),
+                ok(three().fence_idle_expiry(Duration::from_millis(999))),
+            ),
+            (
+                "fence_idle_expiry high (10 years)",
+                ok(three().fence_idle_expiry(ten_years)),
+                ok(three().fence_idle_expiry(ten_years + Duration::from_secs(1))),
+            ),
+            (
+                "ttl high (30 days)",
+                ok(three().default_options(LockOptions::new().ttl(thirty_days))),
+                ok(three().default_options(LockOptions::new().ttl(thirty_days + MS))),
             ),
         ] {
             assert!(edge.is_ok(), "{name}: the end itself is refused: {edge:?}");

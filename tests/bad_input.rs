@@ -345,3 +345,23 @@ fn a_reset_connection_and_a_silent_one_are_named_as_such() {
         );
     }
 }
+
+/// A client's `Debug` output (what ends up in logs and panic messages)
+/// names its instances and key prefix, never the credentials in their URLs.
+#[test]
+fn a_client_shows_its_instances_but_never_their_credentials() {
+    let locks = Redlock::builder([
+        "redis://alice:s3cr3t-pa55@127.0.0.1:7001",
+        "redis://alice:s3cr3t-pa55@127.0.0.1:7002",
+        "redis://alice:s3cr3t-pa55@127.0.0.1:7003",
+    ])
+    .key_prefix("billing:")
+    .build()
+    .unwrap();
+    let shown = format!("{locks:?}");
+    for expected in ["Redlock", "127.0.0.1:7001", "127.0.0.1:7003", "billing:"] {
+        assert!(shown.contains(expected), "{expected} missing from {shown}");
+    }
+    assert!(!shown.contains("s3cr3t"), "{shown}");
+    assert!(!shown.contains("alice"), "{shown}");
+}
