@@ -166,6 +166,17 @@ fn keys_of_the_wrong_type_are_an_error_not_contention() {
             assert!(gone, "{resource}: lock key left behind");
         }
     }
+    // The same in a set (the script's other path): an error, and the
+    // foreign key is left as it was, never overwritten by a lock.
+    match locks.lock_all(&["free-member", "hashed"]) {
+        Err(Error::WrongType { errors, .. }) => assert!(!errors.is_empty()),
+        other => panic!("set with a hash: expected WrongType, got {other:?}"),
+    }
+    for server in cluster.iter() {
+        let field = server.cmd(&["HGET", &lock_key("hashed"), "f"]).unwrap();
+        assert_eq!(field, redis::Value::BulkString(b"v".to_vec()));
+        assert!(!server.exists(&lock_key("free-member")));
+    }
 }
 
 #[test]
