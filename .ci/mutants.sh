@@ -119,11 +119,15 @@ m release-without-compare lua/release.lua "lock" \
   "if redis.call('GET', KEYS[i]) == ARGV[1] then" \
   "if redis.call('EXISTS', KEYS[i]) == 1 then"
 
-m release-writes-no-void lua/release.lua "late_requests" \
-  "if all == 0 then" \
-  "if false then"
+m release-writes-no-void lua/release.lua "late_requests native" \
+  "if all == 0 or ARGV[3] == '1' then" \
+  "if ARGV[3] == '1' then"
 
-m release-reports-all-ours lua/release.lua "lock safety" \
+m clean-up-voids-only-where-not-ours lua/release.lua "late_requests" \
+  "if all == 0 or ARGV[3] == '1' then" \
+  "if all == 0 then"
+
+m release-reports-all-ours lua/release.lua "lock safety contracts" \
   "    all = 0" \
   "    all = 1"
 

@@ -974,3 +974,28 @@ fn a_waiting_call_does_not_hammer_the_instances() {
         other => panic!("expected Contended, got {other:?}"),
     }
 }
+
+/// `LockGuard::release`: "Returns `Error::Lost` if the lease was lost
+/// before". Here the keys vanished from a majority (as after a flush, or a
+/// restart without persistence) while the client still believed the lease
+/// valid: the release finds them gone and says so, with `NotHeld`.
+#[test]
+fn a_release_that_finds_a_majority_of_keys_gone_reports_the_lease_lost() {
+    let cluster = RedisCluster::start(3);
+    let locks = builder(&cluster).build().unwrap();
+    warm(&locks);
+    let guard = locks
+        .lock_with("vanished", LockOptions::new().auto_extend(false))
+        .unwrap();
+    assert!(eventually(Duration::from_secs(5), || holders(
+        &cluster, "vanished"
+    ) == 3));
+    for i in [0, 1] {
+        assert!(cluster.server(i).del(&lock_key("vanished")));
+    }
+    assert!(guard.is_held(), "nothing told the client yet");
+    match guard.release() {
+        Err(Error::Lost { reason, .. }) => assert_eq!(reason, LossReason::NotHeld),
+        other => panic!("expected Lost(NotHeld), got {other:?}"),
+    }
+}
