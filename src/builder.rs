@@ -510,6 +510,11 @@ mod tests {
                 ok(three().fence_idle_expiry(ten_years + Duration::from_secs(1))),
             ),
             (
+                "hold_at_least high (30 days)",
+                ok(three().default_options(LockOptions::new().hold_at_least(thirty_days))),
+                ok(three().default_options(LockOptions::new().hold_at_least(thirty_days + MS))),
+            ),
+            (
                 "ttl high (30 days)",
                 ok(three().default_options(LockOptions::new().ttl(thirty_days))),
                 ok(three().default_options(LockOptions::new().ttl(thirty_days + MS))),

@@ -375,3 +375,31 @@ pub(crate) fn all_yes(values: &[Value]) -> Vote<(), ()> {
         Vote::No(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reply nobody expected is reported by its types only: a reply may
+    /// hold another client's lock value.
+    #[test]
+    fn unexpected_replies_are_named_by_type_never_by_content() {
+        let values = [
+            Value::Nil,
+            Value::Int(7),
+            Value::BulkString(b"secret-lock-value".to_vec()),
+            Value::SimpleString("secret-status".into()),
+            Value::Okay,
+            Value::Array(vec![]),
+            Value::Double(1.5),
+        ];
+        let Vote::<(), ()>::Failed(e) = unexpected("a script", &values) else {
+            panic!("not a failure");
+        };
+        assert_eq!(e.kind(), InstanceErrorKind::Protocol);
+        assert_eq!(
+            e.detail(),
+            "unexpected reply to a script: [nil, integer, bulk string, status, OK, array, other]"
+        );
+    }
+}
