@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{eventually, lock_key};
 use redfence::testing::{RedisCluster, RedisServer, ServerOptions};
-use redfence::{acl_rules, LockOptions, Redlock};
+use redfence::{acl_rules, LockGuard, LockOptions, Redlock};
 
 const PATIENCE: Duration = Duration::from_secs(10);
 
@@ -82,16 +82,40 @@ fn ready(locks: &Redlock) {
         .all(|(_, r)| r.is_ok())));
 }
 
-#[test]
-fn release_and_extension_use_the_servers_own_commands_where_it_has_them() {
+/// Three servers, what their version has, and a client that reached them.
+fn three() -> (RedisCluster, Has, Redlock) {
     let cluster = RedisCluster::start(3);
     let has = has(cluster.server(0));
     let locks = Redlock::new(cluster.urls()).unwrap();
     ready(&locks);
+    (cluster, has, locks)
+}
+
+/// A lock the watchdog leaves alone.
+fn held(locks: &Redlock, resource: &str, ttl: Duration) -> LockGuard {
+    locks
+        .lock_with(resource, LockOptions::new().ttl(ttl).auto_extend(false))
+        .unwrap()
+}
+
+/// The native release command of the harness's server, if it has one.
+fn native_release_command() -> Option<&'static str> {
+    let probe = RedisServer::start();
+    if !has(&probe).compare_and_delete {
+        return None;
+    }
+    Some(if probe.server_version().starts_with("valkey") {
+        "delifeq"
+    } else {
+        "delex"
+    })
+}
+
+#[test]
+fn release_and_extension_use_the_servers_own_commands_where_it_has_them() {
+    let (cluster, has, locks) = three();
     let ttl = Duration::from_secs(5);
-    let guard = locks
-        .lock_with("native", LockOptions::new().ttl(ttl).auto_extend(false))
-        .unwrap();
+    let guard = held(&locks, "native", ttl);
     // The acquire is a script on every server.
     assert!(all_reach(&cluster, "evalsha", &[0, 0, 0], 1));
     let evalsha = calls(&cluster, "evalsha");
@@ -129,10 +153,7 @@ fn release_and_extension_use_the_servers_own_commands_where_it_has_them() {
 
 #[test]
 fn the_watchdog_keeps_a_lease_with_the_native_extension() {
-    let cluster = RedisCluster::start(3);
-    let has = has(cluster.server(0));
-    let locks = Redlock::new(cluster.urls()).unwrap();
-    ready(&locks);
+    let (cluster, has, locks) = three();
     let guard = locks
         .lock_with(
             "watched",
@@ -166,9 +187,7 @@ fn the_watchdog_keeps_a_lease_with_the_native_extension() {
 
 #[test]
 fn a_release_that_finds_its_key_gone_still_voids_the_attempt() {
-    let cluster = RedisCluster::start(3);
-    let locks = Redlock::new(cluster.urls()).unwrap();
-    ready(&locks);
+    let (cluster, _, locks) = three();
     let guard = locks.lock("gone").unwrap();
     assert!(eventually(PATIENCE, || cluster
         .iter()
@@ -218,20 +237,13 @@ fn an_acl_user_without_the_native_commands_keeps_the_scripts() {
 
 #[test]
 fn an_acl_user_allowed_the_native_commands_uses_them() {
-    let probe = RedisServer::start();
-    let (has, version) = (has(&probe), probe.server_version());
-    drop(probe);
-    if !has.compare_and_delete {
+    let Some(command) = native_release_command() else {
         // Nothing to allow: the server does not know the commands (an ACL
         // rule naming one would be refused).
         return;
-    }
+    };
     let mut rules = acl_rules("redfence:");
-    rules.push(if version.starts_with("valkey") {
-        "+delifeq".to_string()
-    } else {
-        "+delex".to_string()
-    });
+    rules.push(format!("+{command}"));
     let cluster = with_user(&rules);
     let locks = Redlock::new(cluster.urls_as(USER, PASSWORD)).unwrap();
     ready(&locks);
@@ -245,14 +257,9 @@ fn an_acl_user_allowed_the_native_commands_uses_them() {
 
 #[test]
 fn a_longer_extension_after_a_native_one_counts_only_the_leases_ttl() {
-    let cluster = RedisCluster::start(3);
-    let has = has(cluster.server(0));
-    let locks = Redlock::new(cluster.urls()).unwrap();
-    ready(&locks);
+    let (cluster, has, locks) = three();
     let ttl = Duration::from_secs(3);
-    let guard = locks
-        .lock_with("longer", LockOptions::new().ttl(ttl).auto_extend(false))
-        .unwrap();
+    let guard = held(&locks, "longer", ttl);
     guard.extend(ttl).unwrap();
     guard.extend(Duration::from_secs(30)).unwrap();
     // The instances keep the keys for the longer TTL either way.
@@ -277,9 +284,7 @@ fn native_commands_off_keeps_the_scripts_everywhere() {
         .unwrap();
     ready(&locks);
     let ttl = Duration::from_secs(5);
-    let guard = locks
-        .lock_with("scripts", LockOptions::new().ttl(ttl).auto_extend(false))
-        .unwrap();
+    let guard = held(&locks, "scripts", ttl);
     assert!(all_reach(&cluster, "evalsha", &[0, 0, 0], 1));
     let evalsha = calls(&cluster, "evalsha");
     guard.extend(ttl).unwrap();
@@ -296,9 +301,7 @@ fn an_extension_never_shortens_the_keys_natively_or_not() {
     let locks = Redlock::new(cluster.urls()).unwrap();
     ready(&locks);
     let ttl = Duration::from_secs(3);
-    let guard = locks
-        .lock_with("shorter", LockOptions::new().ttl(ttl).auto_extend(false))
-        .unwrap();
+    let guard = held(&locks, "shorter", ttl);
     guard.extend(Duration::from_secs(30)).unwrap();
     // The lease's own TTL again, while the keys have 30 s: a SET … PX here
     // would cut them to 3 s.
@@ -315,17 +318,9 @@ fn an_extension_never_shortens_the_keys_natively_or_not() {
 
 #[test]
 fn a_native_command_refused_after_connecting_falls_back_to_the_script() {
-    let probe = RedisServer::start();
-    let (has, version) = (has(&probe), probe.server_version());
-    drop(probe);
-    if !has.compare_and_delete {
+    let Some(command) = native_release_command() else {
         // The server has no native release to refuse.
         return;
-    }
-    let command = if version.starts_with("valkey") {
-        "delifeq"
-    } else {
-        "delex"
     };
     let mut rules = acl_rules("redfence:");
     rules.push(format!("+{command}"));
