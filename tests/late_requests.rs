@@ -243,6 +243,32 @@ fn a_clean_up_that_overtakes_its_acquire_leaves_no_orphan_lock() {
     guard.release().unwrap();
 }
 
+/// A failed attempt's acquire was applied, its reply lost, and sent again
+/// (a resend after a reset); the clean-up lands between the two copies and
+/// deletes the first one's lock. The second copy must then refuse, not
+/// take the lock back for nobody: the clean-up voids the attempt even
+/// where the lock was ours (`tests/model_lease.rs` found this case).
+#[test]
+fn a_resend_landing_after_the_clean_up_deleted_its_first_copy_is_refused() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let first = acquire_script(&mut conn, &["resent"], "ours", 0);
+    assert_eq!(first[0], 1, "the first copy is granted");
+    let cleaned: i64 = redis::Script::new(include_str!("../lua/release.lua"))
+        .key(lock_key("resent"))
+        .key("redfence:void:{resent}:ours")
+        .arg("ours")
+        .arg(30_000)
+        .arg("1")
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(cleaned, 1, "the clean-up deleted our lock");
+    assert!(!server.exists(&lock_key("resent")));
+    let resend = acquire_script(&mut conn, &["resent"], "ours", 0);
+    assert_eq!(resend, [0], "the resend is refused");
+    assert!(!server.exists(&lock_key("resent")), "a lock nobody owns");
+}
+
 /// An acquire the server applied but whose reply was lost is sent again.
 /// The second run finds the lock holding its own value: it is a grant (the
 /// same tokens, counters not bumped twice), not "held by someone else",
