@@ -999,3 +999,28 @@ fn a_release_that_finds_a_majority_of_keys_gone_reports_the_lease_lost() {
         other => panic!("expected Lost(NotHeld), got {other:?}"),
     }
 }
+
+/// `validity()`: "zero once it may have expired or was lost". The watchdog
+/// finds the keys gone from a majority and marks the lease lost
+/// (`NotHeld`) well before its validity would have run out: from then on
+/// the guard promises no time at all.
+#[test]
+fn validity_is_zero_once_the_lease_is_lost() {
+    let cluster = RedisCluster::start(3);
+    let locks = builder(&cluster).build().unwrap();
+    warm(&locks);
+    let guard = locks
+        .lock_with("no-time", LockOptions::new().ttl(Duration::from_secs(6)))
+        .unwrap();
+    assert!(eventually(Duration::from_secs(5), || holders(
+        &cluster, "no-time"
+    ) == 3));
+    for i in [0, 1] {
+        assert!(cluster.server(i).del(&lock_key("no-time")));
+    }
+    assert_eq!(
+        guard.wait_lost(Duration::from_secs(5)),
+        Some(LossReason::NotHeld)
+    );
+    assert_eq!(guard.validity(), Duration::ZERO);
+}
