@@ -1024,3 +1024,31 @@ fn validity_is_zero_once_the_lease_is_lost() {
     );
     assert_eq!(guard.validity(), Duration::ZERO);
 }
+
+/// `LockGuard::release`: `Error::Unavailable` "if too few instances
+/// answered" — not `Lost` while the lease may still stand. Of five, two
+/// no longer hold our key, one is down and two confirm: the one down may
+/// still hold it, so nobody can say the lease was lost.
+#[test]
+fn a_release_that_cannot_tell_is_unavailable_not_lost() {
+    let cluster = RedisCluster::start(5);
+    let locks = builder(&cluster)
+        .instance_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    warm(&locks);
+    let guard = locks
+        .lock_with("unsure", LockOptions::new().auto_extend(false))
+        .unwrap();
+    assert!(eventually(Duration::from_secs(5), || holders(
+        &cluster, "unsure"
+    ) == 5));
+    for i in [0, 1] {
+        assert!(cluster.server(i).del(&lock_key("unsure")));
+    }
+    cluster.server(4).kill();
+    match guard.release() {
+        Err(Error::Unavailable { granted, .. }) => assert_eq!(granted, 2),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
