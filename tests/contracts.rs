@@ -1052,3 +1052,34 @@ fn a_release_that_cannot_tell_is_unavailable_not_lost() {
         other => panic!("expected Unavailable, got {other:?}"),
     }
 }
+
+/// `LockGuard::extend`: a lease is lost (`NotHeld`) only when a majority
+/// says our key is gone; when the answers cannot tell (of five, two lost
+/// the key, one is down, two extended) it is `Unavailable`, and the
+/// validity the lease had stands.
+#[test]
+fn an_extension_that_cannot_tell_is_unavailable_not_lost() {
+    let cluster = RedisCluster::start(5);
+    let locks = builder(&cluster)
+        .instance_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    warm(&locks);
+    let guard = locks
+        .lock_with("unsure-extend", LockOptions::new().auto_extend(false))
+        .unwrap();
+    assert!(eventually(Duration::from_secs(5), || holders(
+        &cluster,
+        "unsure-extend"
+    ) == 5));
+    for i in [0, 1] {
+        assert!(cluster.server(i).del(&lock_key("unsure-extend")));
+    }
+    cluster.server(4).kill();
+    match guard.extend(Duration::from_secs(30)) {
+        Err(Error::Unavailable { granted, .. }) => assert_eq!(granted, 2),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    assert!(guard.is_held());
+    assert!(guard.validity() > Duration::from_secs(20));
+}
