@@ -2,12 +2,15 @@
 //! all of them gone when the client is.
 
 mod common;
+#[path = "common/faults.rs"]
+mod faults_common;
 
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::{client, eventually};
-use redfence::testing::RedisCluster;
+use common::{client, eventually, lock_key};
+use faults_common::Proxied;
+use redfence::testing::{Fault, RedisCluster};
 use redfence::LockOptions;
 
 /// Both tests count this process's threads, so they take turns.
@@ -100,4 +103,39 @@ fn thousands_of_guards_share_the_same_few_threads() {
         .server(0)
         .keys("redfence:lock:*")
         .is_empty()));
+}
+
+/// Dropping the last handle on a client stops its worker threads *after*
+/// they sent what was queued: a program that releases and then drops its
+/// client (and exits) has its release delivered to every instance, the
+/// slow one included, by the time the drop returns.
+#[test]
+fn dropping_the_client_delivers_queued_releases_first() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let net = Proxied::start(3);
+    let locks = net
+        .builder()
+        .instance_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || locks
+        .ping()
+        .iter()
+        .all(|(_, r)| r.is_ok())));
+    let guard = locks
+        .lock_with("last-words", LockOptions::new().auto_extend(false))
+        .unwrap();
+    assert!(eventually(Duration::from_secs(5), || net
+        .cluster
+        .iter()
+        .all(|s| s.exists(&lock_key("last-words")))));
+    // Instance 3 answers 400 ms late: the release returns on the other two.
+    net.set(&[2], Fault::Delay(Duration::from_millis(200)));
+    guard.release().unwrap();
+    drop(locks);
+    assert!(
+        !net.cluster.server(2).exists(&lock_key("last-words")),
+        "the drop returned before the slow instance got the release"
+    );
+    net.pass_all();
 }
