@@ -1083,3 +1083,32 @@ fn an_extension_that_cannot_tell_is_unavailable_not_lost() {
     assert!(guard.is_held());
     assert!(guard.validity() > Duration::from_secs(20));
 }
+
+/// docs/protocol.md, "Inside the client": a release is retried only until
+/// it is delivered. Once every instance answered it, nothing is sent again:
+/// the scripts' call counts stay put.
+#[test]
+fn a_delivered_release_is_not_sent_again() {
+    let cluster = RedisCluster::start(3);
+    let locks = builder(&cluster).build().unwrap();
+    warm(&locks);
+    let scripts = |i: usize| {
+        let stats = cluster.server(i).commandstats();
+        ["evalsha", "delifeq", "delex"]
+            .iter()
+            .map(|c| stats.get(*c).copied().unwrap_or(0))
+            .sum::<u64>()
+    };
+    let guard = locks
+        .lock_with("once", LockOptions::new().auto_extend(false))
+        .unwrap();
+    guard.release().unwrap();
+    assert!(eventually(Duration::from_secs(5), || cluster
+        .iter()
+        .all(|s| !s.exists(&lock_key("once")))));
+    let after: Vec<u64> = (0..3).map(scripts).collect();
+    // Waiting for something not to happen: several retry pauses (20 ms).
+    std::thread::sleep(Duration::from_millis(300));
+    let later: Vec<u64> = (0..3).map(scripts).collect();
+    assert_eq!(later, after, "the release was sent again");
+}
