@@ -19,7 +19,7 @@
 //!   only moves it later (`GT`). `src/lease.rs` sends it only under the
 //!   rules `tests/model_lease.rs` checks.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,33 +38,19 @@ pub(crate) struct Commands {
     pub set_ifeq: bool,
 }
 
-impl Commands {
-    fn bits(self) -> u8 {
-        u8::from(self.delifeq) | u8::from(self.delex) << 1 | u8::from(self.set_ifeq) << 2
-    }
-
-    fn from_bits(bits: u8) -> Self {
-        Commands {
-            delifeq: bits & 1 != 0,
-            delex: bits & 2 != 0,
-            set_ifeq: bits & 4 != 0,
-        }
-    }
-}
-
-/// What an instance's latest connection found, for the lease to know
-/// whether a native form can be sent at all (the worker decides per
-/// connection).
+/// Whether an instance's latest connection extends natively, for the
+/// lease to know whether a native form can be sent at all (the worker
+/// decides per connection).
 #[derive(Default)]
-pub(crate) struct Support(AtomicU8);
+pub(crate) struct Support(AtomicBool);
 
 impl Support {
     pub fn record(&self, commands: Commands) {
-        self.0.store(commands.bits(), Ordering::Release);
+        self.0.store(commands.set_ifeq, Ordering::Release);
     }
 
-    pub fn get(&self) -> Commands {
-        Commands::from_bits(self.0.load(Ordering::Acquire))
+    pub fn extends_natively(&self) -> bool {
+        self.0.load(Ordering::Acquire)
     }
 }
 

@@ -95,7 +95,7 @@ impl Instances {
     /// Whether some instance's connection extends natively, so that an
     /// extension's native form may be sent.
     pub fn extends_natively(&self) -> bool {
-        self.support.iter().any(|s| s.get().set_ifeq)
+        self.support.iter().any(|s| s.extends_natively())
     }
 
     /// Queues `commands` packed commands on every instance and returns the
