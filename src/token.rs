@@ -42,3 +42,16 @@ impl From<FencingToken> for u64 {
         token.0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_reads_the_same_every_way() {
+        let token = FencingToken::new(1_795_577_022_252_353);
+        assert_eq!(token.get(), 1_795_577_022_252_353);
+        assert_eq!(u64::from(token), 1_795_577_022_252_353);
+        assert_eq!(token.to_string(), "1795577022252353");
+    }
+}
