@@ -62,17 +62,22 @@ pub(crate) fn default_identity() -> String {
     let host = ["/proc/sys/kernel/hostname", "/etc/hostname"]
         .iter()
         .find_map(|p| std::fs::read_to_string(p).ok())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_string());
-    // Printable ASCII only, and short enough to leave room for the pid.
+        .or_else(|| std::env::var("HOSTNAME").ok());
+    identity_of(host.as_deref(), std::process::id())
+}
+
+/// `host:pid`, the host name trimmed, made printable ASCII and cut short
+/// enough to leave room for any pid; `localhost` when there is none.
+fn identity_of(host: Option<&str>, pid: u32) -> String {
+    let host = host.map(str::trim).filter(|h| !h.is_empty());
     let host: String = host
+        .unwrap_or("localhost")
         .chars()
         .map(|c| if is_printable(c) { c } else { '?' })
+        // ':' and the longest pid (u32) take 11 bytes.
         .take(MAX_IDENTITY_LEN - 12)
         .collect();
-    format!("{host}:{}", std::process::id())
+    format!("{host}:{pid}")
 }
 
 fn is_printable(c: char) -> bool {
@@ -269,6 +274,13 @@ mod tests {
         let long = validate_identity(&"x".repeat(MAX_IDENTITY_LEN + 1)).unwrap_err();
         assert!(long.to_string().contains("129 bytes"), "{long}");
         assert!(validate_identity(&default_identity()).is_ok());
+        assert_eq!(identity_of(Some(" web-1\n"), 42), "web-1:42");
+        assert_eq!(identity_of(Some("  "), 42), "localhost:42");
+        assert_eq!(identity_of(None, 42), "localhost:42");
+        assert_eq!(identity_of(Some("wéb"), 7), "w?b:7");
+        let long = identity_of(Some(&"h".repeat(1000)), u32::MAX);
+        assert!(validate_identity(&long).is_ok(), "{} bytes", long.len());
+        assert!(long.ends_with(&format!(":{}", u32::MAX)));
         assert!(default_identity().ends_with(&format!(":{}", std::process::id())));
     }
 

@@ -143,16 +143,15 @@ impl Form {
     /// the connection stops using native commands.
     pub fn refused(values: &[Value]) -> bool {
         matches!(values.first(), Some(Value::ServerError(e))
-            if matches!(e.code(), "NOPERM" | "ERR") && refused_message(e.details()))
+            if e.code() == "NOPERM" || (e.code() == "ERR" && unknown(e.details())))
     }
 }
 
-fn refused_message(details: Option<&str>) -> bool {
+/// An `ERR` that says the server does not know the command (or, for
+/// `SET … IFEQ`, the option).
+fn unknown(details: Option<&str>) -> bool {
     let details = details.unwrap_or("").to_ascii_lowercase();
-    details.contains("unknown command")
-        || details.contains("syntax error")
-        || details.contains("no permissions")
-        || details.contains("has no permissions")
+    details.contains("unknown command") || details.contains("syntax error")
 }
 
 /// The native form of a holder's release, for a single resource (`None`
@@ -301,6 +300,11 @@ mod tests {
         assert!(!Form::refused(&[err(
             "WRONGTYPE",
             "Operation against a key"
+        )]));
+        assert!(Form::refused(&[err("ERR", "syntax error")]));
+        assert!(!Form::refused(&[err(
+            "ERR",
+            "max number of clients reached"
         )]));
         assert!(!Form::refused(&[Value::Int(0)]));
     }

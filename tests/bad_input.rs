@@ -376,3 +376,29 @@ fn a_client_shows_its_instances_but_never_their_credentials() {
     assert!(!shown.contains("s3cr3t"), "{shown}");
     assert!(!shown.contains("alice"), "{shown}");
 }
+
+/// A guard's `Debug` output shows the resource, the token and the validity,
+/// never the lock value (its random part is what proves ownership).
+#[test]
+fn a_guard_shows_its_token_but_never_its_lock_value() {
+    let cluster = RedisCluster::start(3);
+    let locks = client(&cluster);
+    let guard = locks.lock("shown").unwrap();
+    let set = locks.lock_all(&["shown-a", "shown-b"]).unwrap();
+    for (shown, key, name) in [
+        (format!("{guard:?}"), lock_key("shown"), "LockGuard"),
+        (format!("{set:?}"), lock_key("shown-a"), "MultiGuard"),
+    ] {
+        assert!(shown.starts_with(name), "{shown}");
+        assert!(shown.contains("shown"), "{shown}");
+        assert!(shown.contains("token"), "{shown}");
+        let value = common::eventually(Duration::from_secs(5), || {
+            cluster.server(0).get(&key).is_some()
+        });
+        assert!(value);
+        let value = cluster.server(0).get(&key).unwrap();
+        let secret = value.split(':').next().unwrap();
+        assert!(!shown.contains(secret), "{shown}");
+    }
+    assert!(format!("{guard:?}").contains(&guard.token().get().to_string()));
+}

@@ -343,3 +343,44 @@ fn a_native_command_refused_after_connecting_falls_back_to_the_script() {
     let again = locks.lock("revoked").unwrap();
     again.release().unwrap();
 }
+
+/// Errors each server counted (`INFO stats`, `total_error_replies`), read
+/// on connections opened beforehand: a new connection's set-up (redis-rs's
+/// `CLIENT SETINFO`, which Redis 7.0 does not know) counts errors too.
+fn error_replies(conns: &mut [redis::Connection]) -> Vec<u64> {
+    conns
+        .iter_mut()
+        .map(|conn| {
+            let info: String = redis::cmd("INFO").arg("stats").query(conn).unwrap();
+            info.lines()
+                .find_map(|l| l.strip_prefix("total_error_replies:"))
+                .and_then(|n| n.trim().parse().ok())
+                .expect("total_error_replies in INFO stats")
+        })
+        .collect()
+}
+
+/// Once connected (the probe's refusals are counted then), the lock path
+/// sends nothing the server refuses: no native command a server lacks,
+/// on any server.
+#[test]
+fn the_lock_path_sends_nothing_the_server_refuses() {
+    let (cluster, _, locks) = three();
+    let mut conns: Vec<redis::Connection> = cluster.iter().map(|s| s.connection()).collect();
+    let before = error_replies(&mut conns);
+    let ttl = Duration::from_secs(5);
+    for round in 0..3 {
+        let guard = held(&locks, &format!("clean-{round}"), ttl);
+        guard.extend(ttl).unwrap();
+        guard.release().unwrap();
+        let set = locks
+            .lock_all(&[&format!("clean-a-{round}"), &format!("clean-b-{round}")])
+            .unwrap();
+        set.release().unwrap();
+    }
+    assert!(eventually(PATIENCE, || conns.iter_mut().all(|c| {
+        let keys: Vec<String> = redis::cmd("KEYS").arg("redfence:lock:*").query(c).unwrap();
+        keys.is_empty()
+    })));
+    assert_eq!(error_replies(&mut conns), before);
+}
