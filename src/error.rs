@@ -394,6 +394,48 @@ mod tests {
     }
 
     #[test]
+    fn messages_list_every_instance_and_say_why_a_lease_was_lost() {
+        let unavailable = Error::Unavailable {
+            resource: "r".into(),
+            quorum: 2,
+            granted: 1,
+            errors: vec![
+                InstanceError::new("a:1/0", InstanceErrorKind::Timeout, "timed out"),
+                InstanceError::new("b:1/0", InstanceErrorKind::Connect, "connection refused"),
+            ],
+        };
+        let text = unavailable.to_string();
+        assert!(
+            text.starts_with("no quorum for \"r\": 1 instance(s) agreed, 2 needed: "),
+            "{text}"
+        );
+        assert_eq!(text.matches("; ").count(), 1, "{text}");
+        assert!(text.find("a:1/0") < text.find("b:1/0"), "{text}");
+        for (reason, says) in [
+            (LossReason::Expired, "its validity ran out"),
+            (
+                LossReason::NotHeld,
+                "a quorum of instances no longer holds it",
+            ),
+            (
+                LossReason::ExtensionFailed,
+                "extensions failed too many times",
+            ),
+            (
+                LossReason::ExtensionLimit,
+                "the extension limit was reached",
+            ),
+            (LossReason::Released, "it was released"),
+        ] {
+            let lost = Error::Lost {
+                resource: "r".into(),
+                reason,
+            };
+            assert_eq!(lost.to_string(), format!("lease on \"r\" is lost: {says}"));
+        }
+    }
+
+    #[test]
     fn network_failures_are_named_the_same_everywhere() {
         let refused = classified(io::ErrorKind::ConnectionRefused);
         assert_eq!(refused.kind(), InstanceErrorKind::Connect);

@@ -70,6 +70,15 @@ fn dropping_the_client_stops_every_thread() {
     assert!(guard.is_held());
     assert!(!client_threads().is_empty());
     guard.release().unwrap();
+    // The workers, the watchdog and the subscribers are joined before the
+    // last handle's drop returns; r2d2's connect threads are told to stop
+    // and end on their own.
+    let joined = ["redfence-instan", "redfence-watchd", "redfence-subscr"];
+    let left: Vec<String> = client_threads()
+        .into_iter()
+        .filter(|n| joined.iter().any(|j| n.starts_with(j)))
+        .collect();
+    assert!(left.is_empty(), "still running after the drop: {left:?}");
     assert!(
         eventually(Duration::from_secs(2), || client_threads().is_empty()),
         "threads left behind: {:?}",
