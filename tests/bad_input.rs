@@ -205,12 +205,35 @@ fn authentication_failures_are_reported_per_instance() {
                 2,
                 "decided once no quorum was possible: {errors:?}"
             );
+            let names: Vec<String> = servers
+                .iter()
+                .map(|s| format!("127.0.0.1:{}/0", s.port()))
+                .collect();
             for e in &errors {
                 assert!(
                     e.kind() == InstanceErrorKind::Auth || e.detail().contains("WRONGPASS"),
                     "{e}"
                 );
                 assert!(!e.to_string().contains("wrong@"), "credentials leaked: {e}");
+                assert!(names.iter().any(|n| n == e.instance()), "{e}");
+            }
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    // No password at all: the server answers NOAUTH, also an Auth error.
+    let bare: Vec<String> = servers
+        .iter()
+        .map(|s| format!("redis://127.0.0.1:{}/", s.port()))
+        .collect();
+    let locks = Redlock::builder(bare)
+        .instance_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    match locks.try_lock("secret") {
+        Err(Error::Unavailable { errors, .. }) => {
+            assert!(!errors.is_empty());
+            for e in &errors {
+                assert_eq!(e.kind(), InstanceErrorKind::Auth, "{e}");
             }
         }
         other => panic!("expected Unavailable, got {other:?}"),

@@ -66,6 +66,7 @@ fn election_child() {
         .build()
         .unwrap();
     let election = locks.election("scheduler").unwrap().lease(LEASE);
+    assert_eq!(election.name(), "scheduler");
     let (_never, stop) = crossbeam_channel::bounded::<()>(0);
     election
         .run(&stop, |term| {

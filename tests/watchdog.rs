@@ -280,3 +280,20 @@ fn the_lifetime_cap_ends_the_lease() {
         &cluster, "lifetime"
     ) == 0));
 }
+
+/// One watchdog serves every lease of a client, each on its own schedule:
+/// a short lease taken after a long one is extended in time, not when the
+/// long one falls due.
+#[test]
+fn leases_with_different_ttls_are_each_extended_in_time() {
+    let cluster = RedisCluster::start(3);
+    let locks = client(&cluster);
+    let long = locks.lock_with("long-ttl", short(30_000)).unwrap();
+    let brief = locks.lock_with("short-ttl", short(900)).unwrap();
+    let medium = locks.lock_with("medium-ttl", short(5_000)).unwrap();
+    assert_eq!(brief.wait_lost(Duration::from_millis(3000)), None);
+    assert!(brief.is_held() && long.is_held() && medium.is_held());
+    brief.release().unwrap();
+    medium.release().unwrap();
+    long.release().unwrap();
+}
