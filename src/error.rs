@@ -452,5 +452,13 @@ mod tests {
             assert_eq!(timeout.detail(), NO_ANSWER);
         }
         assert_eq!(refused.to_string(), "h:1/0 (Connect): connection refused");
+        for (kind, words) in [
+            (io::ErrorKind::HostUnreachable, "host unreachable"),
+            (io::ErrorKind::NetworkUnreachable, "network unreachable"),
+        ] {
+            let unreachable = classified(kind);
+            assert_eq!(unreachable.kind(), InstanceErrorKind::Connect);
+            assert_eq!(unreachable.detail(), words);
+        }
     }
 }

@@ -431,3 +431,34 @@ fn run_leads_only_after_winning_stops_on_stop_and_returns_errors() {
     let again = incumbent.try_campaign().expect("free after run returned");
     assert!(again.term().get() > term);
 }
+
+/// `Election::campaign`: "Returns early only on an error that waiting
+/// cannot fix (a foreign value on the keys, bad options)": an election
+/// whose lock key another program uses for a hash is an error at once,
+/// not a campaign that never ends.
+#[test]
+fn a_campaign_on_a_foreign_key_returns_the_error() {
+    let cluster = RedisCluster::start(3);
+    let locks = Redlock::new(cluster.urls()).unwrap();
+    for server in cluster.iter() {
+        server
+            .cmd(&["HSET", "redfence:lock:{election:taken}", "f", "v"])
+            .unwrap();
+    }
+    let election = locks.election("taken").unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| tx.send(election.campaign().map(drop)));
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(Err(Error::WrongType { .. })) => {}
+            Ok(other) => panic!("expected WrongType, got {other:?}"),
+            Err(_) => {
+                // Unblock the campaign so the scope can end, then fail.
+                for server in cluster.iter() {
+                    server.flushall();
+                }
+                panic!("the campaign did not return within 10 s");
+            }
+        }
+    });
+}
