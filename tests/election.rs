@@ -447,17 +447,26 @@ fn a_campaign_on_a_foreign_key_returns_the_error() {
     }
     let election = locks.election("taken").unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::scope(|s| {
-        s.spawn(|| tx.send(election.campaign().map(drop)));
-        match rx.recv_timeout(Duration::from_secs(10)) {
-            Ok(Err(Error::WrongType { .. })) => {}
-            Ok(other) => panic!("expected WrongType, got {other:?}"),
-            Err(_) => {
-                // Unblock the campaign so the scope can end, then fail.
-                for server in cluster.iter() {
-                    server.flushall();
+    let (stop_tx, stop) = crossbeam_channel::bounded::<()>(0);
+    let (election, stop) = (&election, &stop);
+    std::thread::scope(move |s| {
+        let (campaign, run) = (tx.clone(), tx);
+        s.spawn(move || campaign.send(election.campaign().map(drop)));
+        // `run` campaigns the same way.
+        s.spawn(move || run.send(election.run(stop, |_| Ok::<(), Error>(()))));
+        for _ in 0..2 {
+            match rx.recv_timeout(Duration::from_secs(10)) {
+                Ok(Err(Error::WrongType { .. })) => {}
+                Ok(other) => panic!("expected WrongType, got {other:?}"),
+                Err(_) => {
+                    // Let the campaigns end (elected, then stopped) so the
+                    // scope can end, then fail.
+                    for server in cluster.iter() {
+                        server.flushall();
+                    }
+                    drop(stop_tx);
+                    panic!("the campaign did not return within 10 s");
                 }
-                panic!("the campaign did not return within 10 s");
             }
         }
     });
