@@ -1112,3 +1112,46 @@ fn a_delivered_release_is_not_sent_again() {
     let later: Vec<u64> = (0..3).map(scripts).collect();
     assert_eq!(later, after, "the release was sent again");
 }
+
+/// Release wake-ups survive broken subscriber connections: a waiting call's
+/// subscriptions are made again once the instances can be reached, so the
+/// holder's release still wakes it at once.
+#[test]
+fn waiters_subscribe_again_after_their_connections_were_cut() {
+    let p = Proxied::start(3);
+    let holder = p.builder().build().unwrap();
+    let waiter = p.builder().build().unwrap();
+    warm(&holder);
+    warm(&waiter);
+    let guard = holder.lock("resubscribe").unwrap();
+    let subscribed = || {
+        p.cluster
+            .iter()
+            .filter(|s| {
+                let reply = s.cmd(&["PUBSUB", "NUMSUB", "redfence:released:{resubscribe}"]);
+                matches!(reply, Ok(redis::Value::Array(items))
+                    if matches!(items.get(1), Some(redis::Value::Int(n)) if *n > 0))
+            })
+            .count()
+    };
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            waiter.lock_with(
+                "resubscribe",
+                LockOptions::new().wait(Duration::from_secs(20)),
+            )
+        });
+        assert!(eventually(Duration::from_secs(5), || subscribed() == 3));
+        // Every connection of both clients is cut, then the network heals.
+        p.set(&[0, 1, 2], Fault::Reset);
+        assert!(eventually(Duration::from_secs(5), || subscribed() == 0));
+        p.pass_all();
+        assert!(
+            eventually(Duration::from_secs(10), || subscribed() == 3),
+            "the waiter never subscribed again"
+        );
+        guard.release().unwrap();
+        let got = waiting.join().unwrap().expect("the waiter gets the lock");
+        got.release().unwrap();
+    });
+}
