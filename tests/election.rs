@@ -471,3 +471,69 @@ fn a_campaign_on_a_foreign_key_returns_the_error() {
         }
     });
 }
+
+/// What a leadership says about itself (rustdoc of `Leadership`): its
+/// election, its identity, time left, a `Debug` with the term; `resign`
+/// hands the leadership over at once, and the same client leading again
+/// is a new term that observers are told about; dropping the election
+/// joins its observer threads.
+#[test]
+fn a_leadership_describes_itself_and_a_new_term_is_reported() {
+    let cluster = RedisCluster::start(3);
+    let locks = Redlock::builder(cluster.urls())
+        .identity("node-a")
+        .build()
+        .unwrap();
+    let rival = Redlock::new(cluster.urls()).unwrap();
+    let election = locks.election("self").unwrap();
+    let events = election.observe();
+    let first = election.try_campaign().unwrap();
+    assert_eq!(first.election(), "self");
+    assert_eq!(first.identity(), "node-a");
+    assert!(first.validity() > Duration::from_secs(1));
+    let shown = format!("{first:?}");
+    assert!(
+        shown.contains("self") && shown.contains("node-a"),
+        "{shown}"
+    );
+    assert!(shown.contains(&first.term().get().to_string()), "{shown}");
+    let elected = |events: &crossbeam_channel::Receiver<LeaderEvent>| loop {
+        match events.recv_timeout(Duration::from_secs(10)) {
+            Ok(LeaderEvent::Elected { identity, term }) => return (identity, term),
+            Ok(LeaderEvent::Vacant) => continue,
+            Err(e) => panic!("no election reported: {e}"),
+            Ok(other) => panic!("unexpected {other:?}"),
+        }
+    };
+    let (identity, term) = elected(&events);
+    assert_eq!(identity.as_deref(), Some("node-a"));
+    assert_eq!(term, Some(first.term()));
+
+    let first_term = first.term();
+    first.resign().unwrap();
+    // The same client leads again at once: a new term.
+    let again = election.try_campaign().unwrap();
+    assert!(again.term() > first_term);
+    // Same identity, new term: reported.
+    loop {
+        let (identity, term) = elected(&events);
+        if term == Some(again.term()) {
+            assert_eq!(identity.as_deref(), Some("node-a"));
+            break;
+        }
+    }
+    // Handed over at once: another client is elected without waiting.
+    again.resign().unwrap();
+    let other = rival.election("self").unwrap().try_campaign().unwrap();
+    other.resign().unwrap();
+    // Dropping the election stops and joins its observer: once the drop
+    // returns, the stream has ended (after what it had already sent).
+    drop(election);
+    let end = loop {
+        match events.try_recv() {
+            Ok(_) => continue,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(end, crossbeam_channel::TryRecvError::Disconnected);
+}
