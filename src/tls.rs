@@ -198,6 +198,36 @@ fn find_rustls_error(err: &RedisError) -> Option<&rustls::Error> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn pem_problems_are_told_in_our_own_words() {
+        use rustls::pki_types::pem::Error as E;
+        let secret = b"-----BEGIN PRIVATE KEY----- secret".to_vec();
+        for (err, words) in [
+            (E::NoItemsFound, "holds no section of the expected kind"),
+            (
+                E::MissingSectionEnd {
+                    end_marker: secret.clone(),
+                },
+                "a section has no -----END line",
+            ),
+            (
+                E::IllegalSectionStart {
+                    line: secret.clone(),
+                },
+                "a -----BEGIN line is malformed",
+            ),
+            (
+                E::Base64Decode("secret".into()),
+                "bad base64 inside a section",
+            ),
+            (E::SectionTooLarge, "is not valid PEM"),
+        ] {
+            let said = pem_problem(&err);
+            assert!(said.contains(words), "{said}");
+            assert!(!said.contains("secret"), "{said}");
+        }
+    }
+
     fn io_wrapped(tls: rustls::Error) -> RedisError {
         RedisError::from(std::io::Error::new(std::io::ErrorKind::InvalidData, tls))
     }

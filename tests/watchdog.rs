@@ -297,3 +297,25 @@ fn leases_with_different_ttls_are_each_extended_in_time() {
     medium.release().unwrap();
     long.release().unwrap();
 }
+
+/// `RedlockBuilder::max_extensions(n)`: the watchdog extends a lease at
+/// most n times, then reports it lost (`ExtensionLimit`) when its validity
+/// ends. Counted on a server: the grant, then exactly two extensions.
+#[test]
+fn max_extensions_is_the_exact_number_of_extensions() {
+    let cluster = RedisCluster::start(3);
+    let locks = builder(&cluster).max_extensions(Some(2)).build().unwrap();
+    assert!(eventually(Duration::from_secs(10), || locks
+        .ping()
+        .iter()
+        .all(|(_, r)| r.is_ok())));
+    let before = lease_calls(&cluster, 0);
+    let guard = locks.lock_with("capped", short(600)).unwrap();
+    assert_eq!(
+        guard.wait_lost(Duration::from_secs(5)),
+        Some(LossReason::ExtensionLimit)
+    );
+    // Waiting for something not to happen: no third extension.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(lease_calls(&cluster, 0) - before, 3 + 2);
+}
