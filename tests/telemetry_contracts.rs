@@ -15,13 +15,16 @@
 #![cfg(feature = "metrics")]
 
 mod common;
+#[path = "common/faults.rs"]
+mod faults_common;
 
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use common::{builder, eventually, holders, lock_key};
+use faults_common::Proxied;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use redfence::testing::RedisCluster;
+use redfence::testing::{Fault, RedisCluster};
 use redfence::{Error, LockOptions, LossReason, Redlock};
 
 const LOST: &str = "redfence_lease_lost_total";
@@ -250,4 +253,88 @@ fn a_raise_round_that_reaches_a_quorum_is_counted() {
     guard.release().unwrap();
     assert!(token > ahead, "{token}");
     assert_eq!(counted("redfence_fence_raise_total"), 1);
+}
+
+/// Every series as the snapshot has it: name, description, value.
+fn series() -> Vec<(String, Option<String>, DebugValue)> {
+    let snapshotter = SNAPSHOTTER.get().expect("recorder installed");
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, description, value)| {
+            (
+                key.key().name().to_string(),
+                description.map(|d| d.to_string()),
+                value,
+            )
+        })
+        .collect()
+}
+
+/// `redfence::describe_metrics()` (docs/observability.md): every series
+/// gets its description, which exporters show as help text.
+#[test]
+fn described_metrics_carry_their_help_text() {
+    let _turn = turn();
+    redfence::describe_metrics();
+    let cluster = RedisCluster::start(3);
+    let _locks = client(&cluster, |b| b);
+    let described: Vec<(String, Option<String>)> = series()
+        .into_iter()
+        .filter(|(name, _, _)| name.starts_with("redfence_"))
+        .map(|(name, description, _)| (name, description))
+        .collect();
+    assert!(!described.is_empty());
+    for (name, description) in &described {
+        assert!(
+            description.as_deref().is_some_and(|d| !d.is_empty()),
+            "{name} has no description"
+        );
+    }
+}
+
+/// `redfence_owed_releases` (docs/observability.md): releases an instance
+/// is still owed. When the client goes, nothing is retried any more, and
+/// the gauge gives back what that client owed.
+#[test]
+fn owed_releases_are_given_back_when_the_client_goes() {
+    let _turn = turn();
+    let net = Proxied::start(3);
+    let owed = || {
+        series()
+            .into_iter()
+            .filter(|(name, _, _)| name == "redfence_owed_releases")
+            .map(|(_, _, v)| match v {
+                DebugValue::Gauge(g) => g.into_inner(),
+                _ => 0.0,
+            })
+            .sum::<f64>()
+    };
+    let locks = net
+        .builder()
+        .instance_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || locks
+        .ping()
+        .iter()
+        .all(|(_, r)| r.is_ok())));
+    // The recorder hands out changes since the last look: keep the level.
+    let mut level = owed();
+    let before = level;
+    let guard = locks.lock("owed").unwrap();
+    net.set(&[2], Fault::BlackHole);
+    guard.release().unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            level += owed();
+            level >= before + 1.0
+        }),
+        "no release owed: {level}"
+    );
+    drop(locks);
+    level += owed();
+    assert_eq!(level, before, "the gauge kept what the dropped client owed");
+    net.pass_all();
 }
