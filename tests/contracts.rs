@@ -690,6 +690,23 @@ fn a_release_a_set_cannot_use_goes_to_the_next_waiter() {
                 eventually(Duration::from_secs(5), || thread_sleeps("single-waiter")),
                 "the single call never started waiting"
             );
+            // Release right after the single call's periodic re-check (its
+            // refused attempt is the only SET the instances run meanwhile:
+            // a set's refused attempt sets nothing), so that its next one
+            // is a whole 250 ms away and only a hand-on can wake it sooner.
+            let sets = || {
+                cluster
+                    .server(0)
+                    .commandstats()
+                    .get("set")
+                    .copied()
+                    .unwrap_or(0)
+            };
+            let before = sets();
+            assert!(
+                eventually(Duration::from_secs(5), || sets() > before),
+                "the single call never re-checked"
+            );
             let released = Instant::now();
             r_guard.release().unwrap();
             let got = single.join().unwrap();
