@@ -38,19 +38,28 @@ pub(crate) struct Commands {
     pub set_ifeq: bool,
 }
 
-/// Whether an instance's latest connection extends natively, for the
-/// lease to know whether a native form can be sent at all (the worker
-/// decides per connection).
+/// What an instance's latest connection runs natively, for the lease to
+/// build a native form only when one may be sent (the worker decides per
+/// connection).
 #[derive(Default)]
-pub(crate) struct Support(AtomicBool);
+pub(crate) struct Support {
+    releases: AtomicBool,
+    extends: AtomicBool,
+}
 
 impl Support {
     pub fn record(&self, commands: Commands) {
-        self.0.store(commands.set_ifeq, Ordering::Release);
+        self.releases
+            .store(commands.delifeq || commands.delex, Ordering::Release);
+        self.extends.store(commands.set_ifeq, Ordering::Release);
+    }
+
+    pub fn releases_natively(&self) -> bool {
+        self.releases.load(Ordering::Acquire)
     }
 
     pub fn extends_natively(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.extends.load(Ordering::Acquire)
     }
 }
 
