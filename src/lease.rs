@@ -211,11 +211,7 @@ pub(crate) fn send_release(
         None => {
             let (cmd, commands) =
                 scripts::release_and_announce(&lease.target, &lease.value, st.ttl);
-            let native = shared
-                .instances
-                .releases_natively()
-                .then(|| native::release(&lease.target, &lease.value, st.ttl))
-                .flatten();
+            let native = native::release(&lease.target, &lease.value, st.ttl);
             (cmd, commands, native)
         }
     };

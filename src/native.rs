@@ -38,28 +38,19 @@ pub(crate) struct Commands {
     pub set_ifeq: bool,
 }
 
-/// What an instance's latest connection runs natively, for the lease to
-/// build a native form only when one may be sent (the worker decides per
-/// connection).
+/// Whether an instance's latest connection extends natively, for the
+/// lease to know whether a native form can be sent at all (the worker
+/// decides per connection).
 #[derive(Default)]
-pub(crate) struct Support {
-    releases: AtomicBool,
-    extends: AtomicBool,
-}
+pub(crate) struct Support(AtomicBool);
 
 impl Support {
     pub fn record(&self, commands: Commands) {
-        self.releases
-            .store(commands.delifeq || commands.delex, Ordering::Release);
-        self.extends.store(commands.set_ifeq, Ordering::Release);
-    }
-
-    pub fn releases_natively(&self) -> bool {
-        self.releases.load(Ordering::Acquire)
+        self.0.store(commands.set_ifeq, Ordering::Release);
     }
 
     pub fn extends_natively(&self) -> bool {
-        self.extends.load(Ordering::Acquire)
+        self.0.load(Ordering::Acquire)
     }
 }
 

@@ -98,12 +98,6 @@ impl Instances {
         self.support.iter().any(|s| s.extends_natively())
     }
 
-    /// Whether some instance's connection releases natively, so that a
-    /// release's native form is worth building.
-    pub fn releases_natively(&self) -> bool {
-        self.support.iter().any(|s| s.releases_natively())
-    }
-
     /// Queues `commands` packed commands on every instance and returns the
     /// round that counts the answers.
     pub fn round<Y: Send + 'static, N: Send + 'static>(

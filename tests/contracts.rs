@@ -19,10 +19,23 @@ mod faults_common;
 
 use std::time::{Duration, Instant};
 
-use common::{builder, eventually, holders, lock_key, subscribers, warm};
+use common::{builder, eventually, holders, lock_key, subscribers};
 use faults_common::{fence_key, Proxied};
 use redfence::testing::{Fault, RedisCluster, RedisServer};
 use redfence::{Error, LockOptions, LossReason, Redlock};
+
+/// Waits until every instance answers through the client's own workers,
+/// so the first lock call of a test meets open connections.
+fn warm(locks: &Redlock) {
+    assert!(
+        eventually(Duration::from_secs(10), || locks
+            .ping()
+            .iter()
+            .all(|(_, r)| r.is_ok())),
+        "the client never reached every instance: {:?}",
+        locks.ping()
+    );
+}
 
 /// A server's clock (`TIME`) in microseconds since 1970: the unit of
 /// fencing counters seeded from the clock.
@@ -979,18 +992,6 @@ fn a_waiting_call_does_not_hammer_the_instances() {
     }
 }
 
-/// Waits until all `n` instances hold `resource`, then deletes its key on
-/// the first two, as a flush or a restart without persistence would:
-/// behind the holder's back.
-fn taken_away(cluster: &RedisCluster, resource: &str, n: usize) {
-    assert!(eventually(Duration::from_secs(5), || holders(
-        cluster, resource
-    ) == n));
-    for i in [0, 1] {
-        assert!(cluster.server(i).del(&lock_key(resource)));
-    }
-}
-
 /// `LockGuard::release`: "Returns `Error::Lost` if the lease was lost
 /// before". Here the keys vanished from a majority (as after a flush, or a
 /// restart without persistence) while the client still believed the lease
@@ -1003,7 +1004,12 @@ fn a_release_that_finds_a_majority_of_keys_gone_reports_the_lease_lost() {
     let guard = locks
         .lock_with("vanished", LockOptions::new().auto_extend(false))
         .unwrap();
-    taken_away(&cluster, "vanished", 3);
+    assert!(eventually(Duration::from_secs(5), || holders(
+        &cluster, "vanished"
+    ) == 3));
+    for i in [0, 1] {
+        assert!(cluster.server(i).del(&lock_key("vanished")));
+    }
     assert!(guard.is_held(), "nothing told the client yet");
     match guard.release() {
         Err(Error::Lost { reason, .. }) => assert_eq!(reason, LossReason::NotHeld),
@@ -1023,7 +1029,12 @@ fn validity_is_zero_once_the_lease_is_lost() {
     let guard = locks
         .lock_with("no-time", LockOptions::new().ttl(Duration::from_secs(6)))
         .unwrap();
-    taken_away(&cluster, "no-time", 3);
+    assert!(eventually(Duration::from_secs(5), || holders(
+        &cluster, "no-time"
+    ) == 3));
+    for i in [0, 1] {
+        assert!(cluster.server(i).del(&lock_key("no-time")));
+    }
     assert_eq!(
         guard.wait_lost(Duration::from_secs(5)),
         Some(LossReason::NotHeld)
@@ -1046,7 +1057,12 @@ fn a_release_that_cannot_tell_is_unavailable_not_lost() {
     let guard = locks
         .lock_with("unsure", LockOptions::new().auto_extend(false))
         .unwrap();
-    taken_away(&cluster, "unsure", 5);
+    assert!(eventually(Duration::from_secs(5), || holders(
+        &cluster, "unsure"
+    ) == 5));
+    for i in [0, 1] {
+        assert!(cluster.server(i).del(&lock_key("unsure")));
+    }
     cluster.server(4).kill();
     match guard.release() {
         Err(Error::Unavailable { granted, .. }) => assert_eq!(granted, 2),
@@ -1069,7 +1085,13 @@ fn an_extension_that_cannot_tell_is_unavailable_not_lost() {
     let guard = locks
         .lock_with("unsure-extend", LockOptions::new().auto_extend(false))
         .unwrap();
-    taken_away(&cluster, "unsure-extend", 5);
+    assert!(eventually(Duration::from_secs(5), || holders(
+        &cluster,
+        "unsure-extend"
+    ) == 5));
+    for i in [0, 1] {
+        assert!(cluster.server(i).del(&lock_key("unsure-extend")));
+    }
     cluster.server(4).kill();
     match guard.extend(Duration::from_secs(30)) {
         Err(Error::Unavailable { granted, .. }) => assert_eq!(granted, 2),

@@ -14,7 +14,7 @@ mod faults_common;
 
 use std::time::Duration;
 
-use common::{eventually, warm};
+use common::eventually;
 use faults_common::{fence_key, lock_key, lock_values, Proxied};
 use redfence::testing::{Fault, FencedStore, RedisServer};
 use redfence::{Error, LockOptions, Redlock, RedlockBuilder};
@@ -22,6 +22,18 @@ use redfence::{Error, LockOptions, Redlock, RedlockBuilder};
 /// How long a held request stays held: far longer than any instance
 /// timeout here, short enough for a test.
 const HELD: Duration = Duration::from_secs(3);
+
+/// Waits until every connection the client may use is open, so that the
+/// requests of the next call go out on connections that exist now.
+fn warm(locks: &Redlock) {
+    assert!(
+        eventually(Duration::from_secs(5), || locks
+            .ping()
+            .iter()
+            .all(|(_, r)| r.is_ok())),
+        "the instances answer"
+    );
+}
 
 fn build(builder: RedlockBuilder) -> Redlock {
     let locks = builder.build().expect("client builds");

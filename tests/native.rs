@@ -10,7 +10,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually, lock_key, warm};
+use common::{eventually, lock_key};
 use redfence::testing::{RedisCluster, RedisServer, ServerOptions};
 use redfence::{acl_rules, LockGuard, LockOptions, Redlock};
 
@@ -75,12 +75,19 @@ fn all_reach(cluster: &RedisCluster, command: &str, before: &[u64], want: u64) -
     })
 }
 
+fn ready(locks: &Redlock) {
+    assert!(eventually(PATIENCE, || locks
+        .ping()
+        .iter()
+        .all(|(_, r)| r.is_ok())));
+}
+
 /// Three servers, what their version has, and a client that reached them.
 fn three() -> (RedisCluster, Has, Redlock) {
     let cluster = RedisCluster::start(3);
     let has = has(cluster.server(0));
     let locks = Redlock::new(cluster.urls()).unwrap();
-    warm(&locks);
+    ready(&locks);
     (cluster, has, locks)
 }
 
@@ -218,7 +225,7 @@ fn an_acl_user_without_the_native_commands_keeps_the_scripts() {
     // them), so releases stay in Lua, on every server.
     let cluster = with_user(&acl_rules("redfence:"));
     let locks = Redlock::new(cluster.urls_as(USER, PASSWORD)).unwrap();
-    warm(&locks);
+    ready(&locks);
     let guard = locks.lock("acl").unwrap();
     assert!(all_reach(&cluster, "evalsha", &[0, 0, 0], 1));
     let evalsha = calls(&cluster, "evalsha");
@@ -239,7 +246,7 @@ fn an_acl_user_allowed_the_native_commands_uses_them() {
     rules.push(format!("+{command}"));
     let cluster = with_user(&rules);
     let locks = Redlock::new(cluster.urls_as(USER, PASSWORD)).unwrap();
-    warm(&locks);
+    ready(&locks);
     let guard = locks.lock("acl").unwrap();
     assert!(all_reach(&cluster, "evalsha", &[0, 0, 0], 1));
     let evalsha = calls(&cluster, "evalsha");
@@ -275,7 +282,7 @@ fn native_commands_off_keeps_the_scripts_everywhere() {
         .native_commands(false)
         .build()
         .unwrap();
-    warm(&locks);
+    ready(&locks);
     let ttl = Duration::from_secs(5);
     let guard = held(&locks, "scripts", ttl);
     assert!(all_reach(&cluster, "evalsha", &[0, 0, 0], 1));
@@ -292,7 +299,7 @@ fn native_commands_off_keeps_the_scripts_everywhere() {
 fn an_extension_never_shortens_the_keys_natively_or_not() {
     let cluster = RedisCluster::start(3);
     let locks = Redlock::new(cluster.urls()).unwrap();
-    warm(&locks);
+    ready(&locks);
     let ttl = Duration::from_secs(3);
     let guard = held(&locks, "shorter", ttl);
     guard.extend(Duration::from_secs(30)).unwrap();
@@ -319,7 +326,7 @@ fn a_native_command_refused_after_connecting_falls_back_to_the_script() {
     rules.push(format!("+{command}"));
     let cluster = with_user(&rules);
     let locks = Redlock::new(cluster.urls_as(USER, PASSWORD)).unwrap();
-    warm(&locks);
+    ready(&locks);
     // The connections found the command allowed; now it is not.
     for server in cluster.iter() {
         server

@@ -8,7 +8,7 @@ mod faults_common;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::{client, eventually, lock_key, warm};
+use common::{client, eventually, lock_key};
 use faults_common::Proxied;
 use redfence::testing::{Fault, RedisCluster};
 use redfence::LockOptions;
@@ -127,7 +127,10 @@ fn dropping_the_client_delivers_queued_releases_first() {
         .instance_timeout(Duration::from_secs(1))
         .build()
         .unwrap();
-    warm(&locks);
+    assert!(eventually(Duration::from_secs(10), || locks
+        .ping()
+        .iter()
+        .all(|(_, r)| r.is_ok())));
     let guard = locks
         .lock_with("last-words", LockOptions::new().auto_extend(false))
         .unwrap();

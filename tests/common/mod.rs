@@ -16,19 +16,6 @@ pub fn client(cluster: &RedisCluster) -> Redlock {
     builder(cluster).build().expect("client builds")
 }
 
-/// Waits until every instance answers through the client's own workers,
-/// so the first lock call of a test meets open connections.
-pub fn warm(locks: &Redlock) {
-    assert!(
-        eventually(Duration::from_secs(10), || locks
-            .ping()
-            .iter()
-            .all(|(_, r)| r.is_ok())),
-        "the client never reached every instance: {:?}",
-        locks.ping()
-    );
-}
-
 /// Polls `cond` until it holds or `timeout` passes; returns whether it held.
 pub fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
