@@ -29,6 +29,7 @@ use crate::keys::{Keys, Target};
 use crate::quorum::{all_yes, error_reply, unexpected, Vote};
 use crate::scripts::{self, FENCE_RAISE};
 use crate::shared::Shared;
+use crate::split::{Combine, Route};
 use crate::telemetry;
 use crate::{Error, FencingToken};
 
@@ -61,7 +62,23 @@ pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result
     let start = Instant::now();
     let deadline = start + cfg.instance_timeout;
     let cmd = scripts::acquire(target, &value, ttl, cfg.fence_idle, proposal);
-    let round = instances.round(&cmd, 1, deadline, classify_acquire);
+    let split = instances.has_cluster();
+    let route = Route::new(
+        target,
+        split,
+        |subs| Combine::Acquire {
+            undo: subs
+                .iter()
+                .map(|sub| scripts::release(sub, &value, ttl))
+                .collect(),
+            undo_deadline: start + ttl,
+        },
+        |sub| {
+            let cmd = scripts::acquire(sub, &value, ttl, cfg.fence_idle, proposal);
+            (cmd, 1)
+        },
+    );
+    let round = instances.round(&cmd, 1, &route, deadline, classify_acquire);
     let tally = round.wait(deadline);
 
     // Sent to every instance that did not refuse, answered or not: a grant
@@ -69,7 +86,13 @@ pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result
     // have expired anyway.
     let release_all = |refused: &dyn Fn(usize) -> bool| {
         let cmd = scripts::release(target, &value, ttl);
-        instances.deliver(&cmd, None, 1, start + ttl, None, |i| !refused(i));
+        let route = Route::new(
+            target,
+            split,
+            |_| Combine::AllYes,
+            |sub| (scripts::release(sub, &value, ttl), 1),
+        );
+        instances.deliver(&cmd, None, 1, &route, start + ttl, None, |i| !refused(i));
     };
     let unavailable = |granted: usize, errors| Error::Unavailable {
         resource: target.name.clone(),
@@ -127,9 +150,25 @@ pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result
             .map(|(member, token)| (&member.keys, token.get()))
             .collect();
         let cmd = pack_raise(&lagging, &value, cfg.fence_idle);
+        let route = Route::new(
+            target,
+            split,
+            |_| Combine::AllYes,
+            |sub| {
+                let lagging: Vec<(&Keys, u64)> = sub
+                    .members
+                    .iter()
+                    .filter_map(|m| {
+                        let i = target.members.iter().position(|t| t.resource == m.resource)?;
+                        Some((&m.keys, tokens.get(i)?.get()))
+                    })
+                    .collect();
+                (pack_raise(&lagging, &value, cfg.fence_idle), lagging.len())
+            },
+        );
         let deadline = shared.round_deadline();
         let raised = instances
-            .round(&cmd, lagging.len(), deadline, all_yes)
+            .round(&cmd, lagging.len(), &route, deadline, all_yes)
             .wait(deadline);
         telemetry::fence_raise_round(raised.yes.len() >= quorum, lagging.len());
         if raised.yes.len() < quorum {

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use redis::{ConnectionAddr, ConnectionInfo};
 
-use crate::address::sealed::{Invalid, Sealed};
-use crate::address::IntoInstance;
+use crate::address::sealed::Invalid;
 
 use crate::client::Redlock;
+use crate::cluster::{ClusterPosition, ShardSettings};
 use crate::clock::InstanceClock;
 use crate::config::{Config, MAX_FENCE_IDLE, MAX_TTL};
 use crate::connection::{open_client, Manager, TlsSettings, Warmup};
@@ -17,8 +17,10 @@ use crate::instance::{Instance, InstanceConfig};
 use crate::keys::validate_prefix;
 use crate::native;
 use crate::notify::Notifier;
+use crate::position::{Kind, Position};
 use crate::quorum::Instances;
 use crate::shared::Shared;
+use crate::voter::Voter;
 use crate::{Error, LockOptions};
 
 /// Requests queued for one instance before new ones are refused.
@@ -27,12 +29,16 @@ const QUEUE_CAPACITY: usize = 64 * 1024;
 impl Redlock {
     /// Starts configuring a client for these instances: URLs such as
     /// `"redis://:password@host:6379/0"` (`rediss://` for TLS), or
-    /// [`redis::ConnectionInfo`] values; see [`IntoInstance`] for every
-    /// form. The addresses are checked by [`RedlockBuilder::build`].
+    /// [`redis::ConnectionInfo`] values; see
+    /// [`IntoInstance`](crate::IntoInstance) for every form. A
+    /// [`Position`] may also be a Redis Cluster
+    /// ([`Position::cluster`](crate::Position::cluster), or a
+    /// `redis+cluster://` URL). The addresses are checked by
+    /// [`RedlockBuilder::build`].
     pub fn builder<I>(instances: I) -> RedlockBuilder
     where
         I: IntoIterator,
-        I::Item: IntoInstance,
+        I::Item: Into<Position>,
     {
         RedlockBuilder::new(instances)
     }
@@ -41,7 +47,7 @@ impl Redlock {
     pub fn new<I>(instances: I) -> Result<Redlock, Error>
     where
         I: IntoIterator,
-        I::Item: IntoInstance,
+        I::Item: Into<Position>,
     {
         Self::builder(instances).build()
     }
@@ -61,7 +67,7 @@ impl Redlock {
 /// ```
 #[must_use = "a builder does nothing until build() is called"]
 pub struct RedlockBuilder {
-    instances: Vec<Result<ConnectionInfo, Invalid>>,
+    instances: Vec<Kind>,
     allow_even: bool,
     config: Config,
     tls: TlsSettings,
@@ -71,10 +77,10 @@ impl RedlockBuilder {
     fn new<I>(instances: I) -> Self
     where
         I: IntoIterator,
-        I::Item: IntoInstance,
+        I::Item: Into<Position>,
     {
         RedlockBuilder {
-            instances: instances.into_iter().map(Sealed::into_instance).collect(),
+            instances: instances.into_iter().map(|p| p.into().kind).collect(),
             allow_even: false,
             config: Config::default(),
             tls: TlsSettings::default(),
@@ -282,54 +288,84 @@ impl RedlockBuilder {
     /// for instances that are down: they are unavailable until they come
     /// back.
     pub fn build(self) -> Result<Redlock, Error> {
-        let infos = self.validate()?;
+        let positions = self.validate()?;
         let cfg = self.config;
-        let mut clients = Vec::with_capacity(infos.len());
-        for (index, info) in infos.iter().enumerate() {
-            let client = open_client(info.clone(), &self.tls).map_err(|e| {
+        let open = |index: usize, info: &ConnectionInfo| {
+            open_client(info.clone(), &self.tls).map_err(|e| {
                 Error::invalid_config(format!("instance #{index} ({}): {e}", instance_name(info)))
-            })?;
-            clients.push(client);
+            })
+        };
+        // One client per position for its release notifications: the
+        // server, or a cluster's first seed (a classic PUBLISH reaches
+        // every node of a cluster).
+        let mut clients = Vec::with_capacity(positions.len());
+        for (index, position) in positions.iter().enumerate() {
+            clients.push(open(index, position.first())?);
         }
-        let warmup = Warmup::new(infos.len(), cfg.connect_timeout);
+        let warmup = Warmup::new(positions.len(), cfg.connect_timeout);
         // r2d2 (re)connects in these threads, one per instance so a hung
         // instance does not hold up reconnecting to the others.
         let pool_threads = Arc::new(
             scheduled_thread_pool::ScheduledThreadPool::builder()
-                .num_threads(infos.len())
+                .num_threads(positions.len())
                 .thread_name_pattern("redfence-connect-{}")
                 .build(),
         );
         let notifier = Notifier::start(clients.clone(), cfg.connect_timeout, cfg.instance_timeout)
             .map_err(|e| Error::invalid_config(format!("cannot start a subscriber thread: {e}")))?;
-        let mut list = Vec::with_capacity(infos.len());
-        let mut clocks = Vec::with_capacity(infos.len());
-        let mut support = Vec::with_capacity(infos.len());
-        for (index, (info, client)) in infos.iter().zip(clients).enumerate() {
-            let name = instance_name(info);
+        let mut list = Vec::with_capacity(positions.len());
+        let mut clocks = Vec::with_capacity(positions.len());
+        let mut support = Vec::with_capacity(positions.len());
+        let thread_failed =
+            |e: std::io::Error| Error::invalid_config(format!("cannot start a worker thread: {e}"));
+        for (index, (position, client)) in positions.into_iter().zip(clients).enumerate() {
             let clock = Arc::new(InstanceClock::default());
             let native = Arc::new(native::Support::default());
-            let manager = Manager::new(
-                client,
-                cfg.connect_timeout,
-                cfg.instance_timeout,
-                Arc::clone(&warmup),
-                Arc::clone(&clock),
-                cfg.native_commands.then(|| format!("{}probe", cfg.prefix)),
-                Arc::clone(&native),
-            );
-            let instance = Instance::start(InstanceConfig {
-                index,
-                name,
-                manager,
-                timeout: cfg.instance_timeout,
-                queue_capacity: QUEUE_CAPACITY,
-                max_batch: cfg.max_pipeline,
-                thread_pool: Arc::clone(&pool_threads),
-                clock: Arc::clone(&clock),
-            })
-            .map_err(|e| Error::invalid_config(format!("cannot start a worker thread: {e}")))?;
-            list.push(instance);
+            let voter = match position {
+                Checked::Standalone(info) => {
+                    let manager = Manager::new(
+                        client,
+                        cfg.connect_timeout,
+                        cfg.instance_timeout,
+                        Arc::clone(&warmup),
+                        Arc::clone(&clock),
+                        cfg.native_commands.then(|| format!("{}probe", cfg.prefix)),
+                        Arc::clone(&native),
+                    );
+                    Voter::Standalone(
+                        Instance::start(InstanceConfig {
+                            index,
+                            name: instance_name(&info),
+                            manager,
+                            timeout: cfg.instance_timeout,
+                            queue_capacity: QUEUE_CAPACITY,
+                            max_batch: cfg.max_pipeline,
+                            thread_pool: Arc::clone(&pool_threads),
+                            clock: Arc::clone(&clock),
+                            redirect: None,
+                            thread_name: format!("redfence-instance-{index}"),
+                        })
+                        .map_err(thread_failed)?,
+                    )
+                }
+                Checked::Cluster(seeds) => {
+                    let settings = ShardSettings {
+                        template: seeds[0].clone(),
+                        tls: self.tls.clone(),
+                        connect_timeout: cfg.connect_timeout,
+                        timeout: cfg.instance_timeout,
+                        queue_capacity: QUEUE_CAPACITY,
+                        max_batch: cfg.max_pipeline,
+                        thread_pool: Arc::clone(&pool_threads),
+                        clock: Arc::clone(&clock),
+                    };
+                    Voter::Cluster(
+                        ClusterPosition::start(index, seeds, settings, Arc::clone(&warmup))
+                            .map_err(thread_failed)?,
+                    )
+                }
+            };
+            list.push(voter);
             clocks.push(clock);
             support.push(native);
         }
@@ -337,40 +373,73 @@ impl RedlockBuilder {
         Redlock::start(shared, notifier)
     }
 
-    fn validate(&self) -> Result<Vec<ConnectionInfo>, Error> {
+    fn validate(&self) -> Result<Vec<Checked>, Error> {
         if self.instances.is_empty() {
             return Err(Error::invalid_config("no instances given"));
         }
-        let mut infos = Vec::with_capacity(self.instances.len());
+        let mut positions = Vec::with_capacity(self.instances.len());
         let mut seen = HashSet::new();
-        for (index, parsed) in self.instances.iter().enumerate() {
-            let info = parsed.as_ref().map_err(|e| match e {
-                Invalid::TlsUnsupported => tls_feature_missing(index),
-                Invalid::Bad(reason) => Error::invalid_config(format!(
-                    "instance #{index} is not a valid Redis address: {reason}"
-                )),
-            })?;
-            if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) && !cfg!(feature = "tls-rustls")
-            {
-                // Another crate may have switched on redis-rs's TLS; without
-                // ours, `tls_certificates` does not exist and the crypto
-                // provider is not chosen.
-                return Err(tls_feature_missing(index));
+        let bad = |index: usize, e: &Invalid| match e {
+            Invalid::TlsUnsupported => tls_feature_missing(index),
+            Invalid::Bad(reason) => Error::invalid_config(format!(
+                "instance #{index} is not a valid Redis address: {reason}"
+            )),
+        };
+        for (index, position) in self.instances.iter().enumerate() {
+            let checked = match position {
+                Kind::Standalone(parsed) => {
+                    Checked::Standalone(parsed.as_ref().map_err(|e| bad(index, e))?.clone())
+                }
+                Kind::Cluster(parsed) => {
+                    let seeds = parsed.as_ref().map_err(|e| bad(index, e))?;
+                    if seeds.is_empty() {
+                        return Err(Error::invalid_config(format!(
+                            "instance #{index} is a cluster without seed nodes: give at least one"
+                        )));
+                    }
+                    for seed in seeds {
+                        if matches!(seed.addr(), ConnectionAddr::Unix(_)) {
+                            return Err(Error::invalid_config(format!(
+                                "instance #{index}: a cluster's seed nodes are reached over TCP, \
+                                 not a Unix socket"
+                            )));
+                        }
+                        if seed.redis_settings().db() != 0 {
+                            return Err(Error::invalid_config(format!(
+                                "instance #{index}: a cluster has only database 0"
+                            )));
+                        }
+                    }
+                    Checked::Cluster(seeds.clone())
+                }
+            };
+            for info in checked.all() {
+                if matches!(info.addr(), ConnectionAddr::TcpTls { .. })
+                    && !cfg!(feature = "tls-rustls")
+                {
+                    // Another crate may have switched on redis-rs's TLS;
+                    // without ours, `tls_certificates` does not exist and
+                    // the crypto provider is not chosen.
+                    return Err(tls_feature_missing(index));
+                }
+                let name = instance_name(info);
+                if !seen.insert(name.clone()) {
+                    return Err(Error::invalid_config(format!(
+                        "instance #{index} ({name}) is listed twice; each instance must be \
+                         independent"
+                    )));
+                }
             }
-            let name = instance_name(info);
-            if !seen.insert(name.clone()) {
-                return Err(Error::invalid_config(format!(
-                    "instance #{index} ({name}) is listed twice; each instance must be independent"
-                )));
-            }
-            infos.push(info.clone());
+            positions.push(checked);
         }
-        if infos.len() % 2 == 0 && !self.allow_even {
+        #[cfg(feature = "tls-rustls")]
+        let infos: Vec<&ConnectionInfo> = positions.iter().flat_map(Checked::all).collect();
+        if positions.len() % 2 == 0 && !self.allow_even {
             return Err(Error::invalid_config(format!(
                 "{} instances is an even number: it tolerates no more failures than {}; use an odd \
                  number, or allow_even_instances(true)",
-                infos.len(),
-                infos.len() - 1
+                positions.len(),
+                positions.len() - 1
             )));
         }
         #[cfg(feature = "tls-rustls")]
@@ -433,7 +502,31 @@ impl RedlockBuilder {
             }
             other => other,
         })?;
-        Ok(infos)
+        Ok(positions)
+    }
+}
+
+/// A position whose addresses were checked.
+enum Checked {
+    Standalone(ConnectionInfo),
+    /// Its seed nodes, at least one.
+    Cluster(Vec<ConnectionInfo>),
+}
+
+impl Checked {
+    /// The server, or the first seed.
+    fn first(&self) -> &ConnectionInfo {
+        match self {
+            Checked::Standalone(info) => info,
+            Checked::Cluster(seeds) => &seeds[0],
+        }
+    }
+
+    fn all(&self) -> &[ConnectionInfo] {
+        match self {
+            Checked::Standalone(info) => std::slice::from_ref(info),
+            Checked::Cluster(seeds) => seeds,
+        }
     }
 }
 

@@ -331,39 +331,70 @@ impl Redlock {
     }
 
     /// Pings every instance through its worker and reports each one's round
-    /// trip or error, in the order the instances were given. Useful for
-    /// readiness checks: it tells which instance is down or rejects our
-    /// credentials. Each ping queues behind what this client already sent
-    /// that instance, so a successful ping also means those requests (a
-    /// dropped guard's release, say) were processed there.
+    /// trip or error, in the order the instances were given; a Redis
+    /// Cluster position gives one row per shard master it knows (named
+    /// `cluster #i shard host:port`), or one row with its error while its
+    /// slot map is unknown. Useful for readiness checks: it tells which
+    /// instance is down or rejects our credentials. Each ping queues behind
+    /// what this client already sent that instance, so a successful ping
+    /// also means those requests (a dropped guard's release, say) were
+    /// processed there.
     pub fn ping(&self) -> Vec<(String, Result<Duration, InstanceError>)> {
         let shared = self.shared();
         shared.warmup.wait();
         let start = Instant::now();
         let deadline = shared.round_deadline();
         let packed: Arc<[u8]> = redis::cmd("PING").get_packed_command().into();
-        let rx = shared.instances.broadcast(&packed, deadline);
-        let mut out: Vec<(String, Result<Duration, InstanceError>)> = shared
-            .instances
-            .names()
-            .map(|n| {
-                let err = InstanceError::new(n, crate::InstanceErrorKind::Timeout, NO_ANSWER);
-                (n.to_string(), Err(err))
-            })
-            .collect();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let mut out: Vec<(String, Result<Duration, InstanceError>)> = Vec::new();
+        for voter in shared.instances.voters() {
+            let names = voter.each_server(|_| {
+                let row = out.len();
+                out.push((String::new(), Ok(Duration::ZERO)));
+                crate::instance::Request {
+                    packed: Arc::clone(&packed),
+                    native: None,
+                    commands: 1,
+                    deadline,
+                    sink: Some(Arc::new(Row(row, tx.clone()))),
+                    persistent: false,
+                    slot: None,
+                    split: None,
+                    hops: 0,
+                    asking: false,
+                }
+            });
+            let first = out.len() - names.len();
+            for (k, name) in names.into_iter().enumerate() {
+                let err = InstanceError::new(&name, crate::InstanceErrorKind::Timeout, NO_ANSWER);
+                out[first + k] = (name, Err(err));
+            }
+            if voter.is_cluster() && out.len() == first {
+                let err = InstanceError::new(
+                    voter.name(),
+                    crate::InstanceErrorKind::Connect,
+                    "no shard master known: the cluster's slot map could not be read",
+                );
+                out.push((voter.name().to_string(), Err(err)));
+            }
+        }
+        drop(tx);
         // A worker answers by the deadline (with the reason it could not
         // send, say a refused connection): a moment more lets that answer
         // arrive, so an instance is not reported as timed out when the
         // cause is known.
         let answers_by = deadline + (shared.cfg.instance_timeout / 2).min(PING_GRACE);
         for _ in 0..out.len() {
-            let Ok((index, result)) = rx.recv_deadline(answers_by) else {
+            let Ok((row, result)) = rx.recv_deadline(answers_by) else {
                 break;
             };
-            out[index].1 = match result.as_deref() {
+            let Some(entry) = out.get_mut(row) else {
+                continue;
+            };
+            entry.1 = match result.as_deref() {
                 Ok([Value::SimpleString(s)]) if s == "PONG" => Ok(start.elapsed()),
                 Ok(other) => Err(InstanceError::new(
-                    &out[index].0,
+                    &entry.0,
                     crate::InstanceErrorKind::Protocol,
                     format!("unexpected reply to PING: {other:?}"),
                 )),
@@ -371,6 +402,16 @@ impl Redlock {
             };
         }
         out
+    }
+}
+
+/// Where one server's answer to a ping goes: its row of the report.
+struct Row(usize, crossbeam_channel::Sender<(usize, crate::instance::Replies)>);
+
+impl crate::instance::Collect for Row {
+    fn deliver(&self, _position: usize, replies: crate::instance::Replies) {
+        // The caller may have stopped waiting; that is fine.
+        let _ = self.1.send((self.0, replies));
     }
 }
 

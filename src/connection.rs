@@ -295,7 +295,7 @@ impl Warmup {
         })
     }
 
-    fn report(&self, up: bool) {
+    pub fn report(&self, up: bool) {
         let mut counts = self.counts.lock();
         counts.done += 1;
         counts.up += usize::from(up);

@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 use crate::keys::validate_resource;
 use crate::quorum::yes_no;
 use crate::scripts;
+use crate::split::Route;
 use crate::{telemetry, Error, FencingToken, LockGuard, LockOptions, LossReason, Redlock};
 
 /// How long one lock call of a campaign waits before the campaign looks at
@@ -170,7 +171,7 @@ impl Election {
         let deadline = shared.round_deadline();
         let _ = shared
             .instances
-            .round(&cmd, 2, deadline, yes_no)
+            .round(&cmd, 2, &Route::slot(keys.slot), deadline, yes_no)
             .wait(deadline);
     }
 

@@ -20,6 +20,7 @@ use crate::quorum::{error_reply, unexpected, Vote};
 use crate::scripts;
 use crate::shared::Shared;
 use crate::Error;
+use crate::split::Route;
 
 /// Longest identity accepted, in bytes.
 pub const MAX_IDENTITY_LEN: usize = 128;
@@ -172,7 +173,7 @@ pub(crate) fn read(
     let start = Instant::now();
     let deadline = shared.round_deadline();
     let cmd = scripts::packed(&scripts::HOLDER, &[&keys.lock, &keys.term], &[]);
-    let rx = shared.instances.broadcast(&cmd, deadline);
+    let rx = shared.instances.broadcast(&cmd, &Route::slot(keys.slot), deadline);
     let n = shared.instances.len();
     let quorum = shared.instances.quorum();
     let names: Vec<&str> = shared.instances.names().collect();

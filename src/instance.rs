@@ -11,7 +11,7 @@
 //! before they could be sent.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -68,6 +68,55 @@ pub(crate) struct Request {
     /// Must reach the instance: retried after connection failures until
     /// its deadline (releases, so no key outlives a failed attempt).
     pub persistent: bool,
+    /// The cluster slot of the request's keys (all of them share it), for
+    /// a cluster position to route it; `None` for key-less commands.
+    pub slot: Option<u16>,
+    /// A request whose keys span several slots, cut into one part per
+    /// slot for a cluster position (`split.rs`).
+    pub split: Option<Arc<crate::split::Split>>,
+    /// Redirects followed so far (`MOVED`, `ASK`): bounded, so a cluster
+    /// in the middle of a change cannot bounce a request for ever.
+    pub hops: u8,
+    /// Sent after `ASKING`: the slot is being imported by this shard.
+    pub asking: bool,
+}
+
+/// Redirects a request may follow before its shard's answer stands.
+const MAX_HOPS: u8 = 3;
+
+/// Where a shard worker hands a request that its shard redirected (a
+/// cluster position's router, `cluster.rs`).
+pub(crate) trait Redirect: Send + Sync {
+    fn redirect(&self, req: Request, to: Redirection);
+}
+
+/// A cluster's redirect of one request.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Redirection {
+    /// The slot lives at `addr` now.
+    Moved { slot: u16, addr: String },
+    /// The slot is being moved to `addr`: ask there, this once.
+    Ask { addr: String },
+}
+
+impl Redirection {
+    /// The redirect in a shard's replies, if any: `MOVED 3999 host:port`
+    /// or `ASK 3999 host:port`.
+    fn find(values: &[Value]) -> Option<Redirection> {
+        values.iter().find_map(|v| {
+            let Value::ServerError(e) = v else {
+                return None;
+            };
+            let (slot, addr) = e.details()?.split_once(' ')?;
+            let slot: u16 = slot.parse().ok()?;
+            let addr = addr.trim().to_string();
+            match e.code() {
+                "MOVED" => Some(Redirection::Moved { slot, addr }),
+                "ASK" => Some(Redirection::Ask { addr }),
+                _ => None,
+            }
+        })
+    }
 }
 
 impl Request {
@@ -82,7 +131,7 @@ impl Request {
         }
     }
 
-    fn answer(&mut self, index: usize, replies: Replies) {
+    pub fn answer(&mut self, index: usize, replies: Replies) {
         if let Some(sink) = self.sink.take() {
             sink.deliver(index, replies);
         }
@@ -105,6 +154,10 @@ pub(crate) struct InstanceConfig {
     pub max_batch: usize,
     pub thread_pool: Arc<scheduled_thread_pool::ScheduledThreadPool>,
     pub clock: Arc<InstanceClock>,
+    /// A shard's router, which takes the requests its shard redirects.
+    pub redirect: Option<Weak<dyn Redirect>>,
+    /// The worker thread's name.
+    pub thread_name: String,
 }
 
 impl Instance {
@@ -132,9 +185,10 @@ impl Instance {
             pool,
             timeout: cfg.timeout,
             clock: cfg.clock,
+            redirect: cfg.redirect,
         };
         let handle = std::thread::Builder::new()
-            .name(format!("redfence-instance-{}", cfg.index))
+            .name(cfg.thread_name)
             .spawn(move || worker.run(rx))?;
         Ok(Instance {
             name: cfg.name,
@@ -188,11 +242,16 @@ struct Worker {
     pool: r2d2::Pool<Manager>,
     timeout: Duration,
     clock: Arc<InstanceClock>,
+    redirect: Option<Weak<dyn Redirect>>,
 }
 
 /// `TIME`, packed once.
 static TIME: std::sync::LazyLock<Vec<u8>> =
     std::sync::LazyLock::new(|| redis::cmd("TIME").get_packed_command());
+
+/// `ASKING`, packed once.
+static ASKING: std::sync::LazyLock<Vec<u8>> =
+    std::sync::LazyLock::new(|| redis::cmd("ASKING").get_packed_command());
 
 impl Worker {
     fn run(self, rx: Receiver<Request>) {
@@ -276,7 +335,10 @@ impl Worker {
         };
         self.health.observe(&results);
         let mut retry = Vec::new();
-        for (mut req, result) in batch.drain(..).zip(results) {
+        for (req, result) in batch.drain(..).zip(results) {
+            let Some(mut req) = self.follow_redirect(req, &result) else {
+                continue;
+            };
             let undelivered = matches!(&result, Err(e) if e.kind() != InstanceErrorKind::Server);
             req.answer(self.index, result);
             if req.persistent && undelivered {
@@ -284,6 +346,27 @@ impl Worker {
             }
         }
         *batch = retry;
+    }
+
+    /// Hands a request its shard redirected to the cluster's router, which
+    /// sends it on (within the request's own deadline); gives it back to be
+    /// answered otherwise, the redirect included once the hops are spent.
+    fn follow_redirect(&self, mut req: Request, result: &Replies) -> Option<Request> {
+        let Ok(values) = result else {
+            return Some(req);
+        };
+        let Some(to) = Redirection::find(values) else {
+            return Some(req);
+        };
+        if req.hops >= MAX_HOPS {
+            return Some(req);
+        }
+        let Some(router) = self.redirect.as_ref().and_then(Weak::upgrade) else {
+            return Some(req);
+        };
+        req.hops += 1;
+        router.redirect(req, to);
+        None
     }
 
     /// Answers and removes the requests whose deadline has passed.
@@ -319,6 +402,9 @@ impl Worker {
         let forms: Vec<Option<&Form>> = batch
             .iter()
             .map(|req| {
+                if req.asking {
+                    bytes.extend_from_slice(&ASKING);
+                }
                 let (packed, form) = req.form(conn);
                 bytes.extend_from_slice(packed);
                 form
@@ -344,8 +430,8 @@ impl Worker {
         }
         let mut results = Vec::with_capacity(batch.len());
         for req in batch {
-            let mut values = Vec::with_capacity(req.commands);
-            for _ in 0..req.commands {
+            let mut values = Vec::with_capacity(req.commands + 1);
+            for _ in 0..req.commands + usize::from(req.asking) {
                 match conn.inner.recv_response() {
                     Ok(value) => values.push(value),
                     Err(e) => {
@@ -354,6 +440,11 @@ impl Worker {
                         return results;
                     }
                 }
+            }
+            if req.asking {
+                // ASKING's own OK (or its error, which the command's reply
+                // then repeats).
+                values.remove(0);
             }
             results.push(Ok(values));
         }

@@ -24,7 +24,7 @@ pub const MAX_RESOURCE_LEN: usize = 1024;
 /// together.
 pub const MAX_RESOURCES: usize = 64;
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Keys {
     pub lock: String,
     pub fence: String,
@@ -33,12 +33,18 @@ pub(crate) struct Keys {
     pub term: String,
     /// The void keys of this resource, without the attempt's value.
     void: String,
+    /// The cluster slot of every key above (they share the hash tag
+    /// `{R}`); none for a name that starts with `}`, whose tag is empty, so
+    /// that its keys would land on different slots.
+    pub slot: Option<u16>,
 }
 
 impl Keys {
     pub fn new(prefix: &str, resource: &str) -> Self {
+        let lock = format!("{prefix}lock:{{{resource}}}");
         Keys {
-            lock: format!("{prefix}lock:{{{resource}}}"),
+            slot: (!resource.starts_with('}')).then(|| crate::slot::key_slot(lock.as_bytes())),
+            lock,
             fence: format!("{prefix}fence:{{{resource}}}"),
             channel: format!("{prefix}released:{{{resource}}}"),
             term: format!("{prefix}term:{{{resource}}}"),
@@ -48,7 +54,7 @@ impl Keys {
 }
 
 /// One resource a lock call asks for, and its keys.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Member {
     pub resource: String,
     pub keys: Keys,
@@ -107,6 +113,42 @@ impl Target {
             name: format!("[{}]", resources.join(", ")),
             members,
         })
+    }
+
+    /// The cluster slot of every key of the target, if they share one (a
+    /// set's members usually do not).
+    pub fn slot(&self) -> Option<u16> {
+        let first = self.members[0].keys.slot;
+        if self.members.iter().all(|m| m.keys.slot == first) {
+            first
+        } else {
+            None
+        }
+    }
+
+    /// The members grouped by slot, in the order each slot first appears:
+    /// each group's slot, its members' indices, and a target of just those
+    /// members. `None` if a member has no slot (see [`Keys::slot`]).
+    pub fn by_slot(&self) -> Option<Vec<(u16, Vec<usize>, Target)>> {
+        let mut groups: Vec<(u16, Vec<usize>, Target)> = Vec::new();
+        for (i, member) in self.members.iter().enumerate() {
+            let slot = member.keys.slot?;
+            match groups.iter_mut().find(|(s, _, _)| *s == slot) {
+                Some((_, indices, sub)) => {
+                    indices.push(i);
+                    sub.members.push(member.clone());
+                }
+                None => groups.push((
+                    slot,
+                    vec![i],
+                    Target {
+                        name: self.name.clone(),
+                        members: vec![member.clone()],
+                    },
+                )),
+            }
+        }
+        Some(groups)
     }
 
     pub fn lock_keys(&self) -> Vec<&str> {

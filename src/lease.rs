@@ -15,6 +15,7 @@ use crate::native;
 use crate::quorum::{yes_no, Round};
 use crate::scripts::{self, EXTEND};
 use crate::shared::Shared;
+use crate::split::{Combine, Route};
 use crate::telemetry;
 use crate::{Error, FencingToken, LockOptions, LossReason};
 
@@ -202,19 +203,21 @@ pub(crate) fn send_release(
         .hold_until
         .map(|until| until.saturating_duration_since(Instant::now()))
         .filter(|rest| *rest >= Duration::from_millis(1));
-    let (cmd, commands, native) = match hold {
+    let ttl = st.ttl;
+    let pack = |target: &Target| match hold {
         Some(rest) => (
-            scripts::release_hold(&lease.target, &lease.value, st.ttl, rest),
+            scripts::release_hold(target, &lease.value, ttl, rest),
             1,
-            None,
         ),
-        None => {
-            let (cmd, commands) =
-                scripts::release_and_announce(&lease.target, &lease.value, st.ttl);
-            let native = native::release(&lease.target, &lease.value, st.ttl);
-            (cmd, commands, native)
-        }
+        None => scripts::release_and_announce(target, &lease.value, ttl),
     };
+    let (cmd, commands) = pack(&lease.target);
+    let native = hold
+        .is_none()
+        .then(|| native::release(&lease.target, &lease.value, ttl))
+        .flatten();
+    let split = shared.instances.has_cluster();
+    let route = Route::new(&lease.target, split, |_| Combine::AllYes, pack);
     // A lease past its validity that nobody observed yet is lost, exactly
     // as if the watchdog had got there first.
     let was_lost = lease.loss_locked(&mut st, Instant::now()).is_some();
@@ -230,6 +233,7 @@ pub(crate) fn send_release(
         &cmd,
         native.as_ref(),
         commands,
+        &route,
         deadline,
         sink.as_ref(),
         |_| true,
@@ -292,11 +296,17 @@ pub(crate) fn begin_extend<'a>(
     };
     let start = Instant::now();
     let ttl_ms = ttl.as_millis().to_string();
-    let cmd = scripts::packed(
-        &EXTEND,
-        &lease.target.lock_keys(),
-        &[lease.value.as_bytes(), ttl_ms.as_bytes()],
-    );
+    let pack = |target: &Target| {
+        let cmd = scripts::packed(
+            &EXTEND,
+            &target.lock_keys(),
+            &[lease.value.as_bytes(), ttl_ms.as_bytes()],
+        );
+        (cmd, 1)
+    };
+    let (cmd, _) = pack(&lease.target);
+    let split = shared.instances.has_cluster();
+    let route = Route::new(&lease.target, split, |_| Combine::AllYes, pack);
     let mut st = lease.state.lock();
     if let Some(reason) = lease.loss_locked(&mut st, start) {
         return Err(lease.lost_error(reason));
@@ -315,6 +325,7 @@ pub(crate) fn begin_extend<'a>(
         &cmd,
         native.as_ref(),
         1,
+        &route,
         start + shared.cfg.instance_timeout,
         yes_no,
     );

@@ -140,6 +140,7 @@ mod address;
 mod builder;
 mod client;
 mod clock;
+mod cluster;
 mod config;
 mod connection;
 mod election;
@@ -153,15 +154,19 @@ mod lease;
 mod native;
 mod notify;
 mod options;
+mod position;
 mod quorum;
 mod retry;
 mod scripts;
 mod shared;
+mod slot;
+mod split;
 pub mod sql;
 mod telemetry;
 #[cfg(feature = "tls-rustls")]
 mod tls;
 mod token;
+mod voter;
 mod watchdog;
 
 #[cfg(feature = "testing")]
@@ -197,6 +202,7 @@ pub use guard::{LockGuard, MultiGuard};
 pub use holder::{Holder, MAX_IDENTITY_LEN};
 pub use keys::{MAX_RESOURCES, MAX_RESOURCE_LEN};
 pub use options::LockOptions;
+pub use position::Position;
 pub use token::FencingToken;
 
 #[cfg(feature = "metrics")]

@@ -16,12 +16,14 @@ use redis::Value;
 
 use crate::clock::{self, InstanceClock};
 use crate::error::{InstanceError, InstanceErrorKind};
-use crate::instance::{Collect, Instance, Replies, Request, Sink};
+use crate::instance::{Collect, Replies, Request, Sink};
 use crate::native::{Form, Support};
+use crate::split::Route;
+use crate::voter::Voter;
 
 /// The set of instances a client locks on.
 pub(crate) struct Instances {
-    list: Vec<Instance>,
+    list: Vec<Voter>,
     names: Arc<[String]>,
     clocks: Vec<Arc<InstanceClock>>,
     /// What each instance's connection runs natively (`native.rs`).
@@ -62,7 +64,7 @@ impl<Y, N> Tally<Y, N> {
 
 impl Instances {
     pub fn new(
-        list: Vec<Instance>,
+        list: Vec<Voter>,
         clocks: Vec<Arc<InstanceClock>>,
         support: Vec<Arc<Support>>,
     ) -> Self {
@@ -87,6 +89,16 @@ impl Instances {
         self.names.iter().map(String::as_str)
     }
 
+    /// True when some position is a Redis Cluster.
+    pub fn has_cluster(&self) -> bool {
+        self.list.iter().any(Voter::is_cluster)
+    }
+
+    /// The voters, for requests that go to each server behind them (ping).
+    pub fn voters(&self) -> &[Voter] {
+        &self.list
+    }
+
     /// The proposal for new tokens sent with an acquire (see `clock.rs`).
     pub fn clock_proposal(&self) -> u64 {
         clock::proposal(self.clocks.iter().map(Arc::as_ref))
@@ -100,14 +112,16 @@ impl Instances {
 
     /// Queues `commands` packed commands on every instance and returns the
     /// round that counts the answers.
+    /// `route` says where the request goes on a cluster position.
     pub fn round<Y: Send + 'static, N: Send + 'static>(
         &self,
         packed: &Arc<[u8]>,
         commands: usize,
+        route: &Route,
         deadline: Instant,
         classify: Classify<Y, N>,
     ) -> Arc<Round<Y, N>> {
-        self.round_or_native(packed, None, commands, deadline, classify)
+        self.round_or_native(packed, None, commands, route, deadline, classify)
     }
 
     /// As [`round`](Self::round), sending `native` instead of `packed` to
@@ -117,6 +131,7 @@ impl Instances {
         packed: &Arc<[u8]>,
         native: Option<&Arc<Form>>,
         commands: usize,
+        route: &Route,
         deadline: Instant,
         classify: Classify<Y, N>,
     ) -> Arc<Round<Y, N>> {
@@ -126,6 +141,7 @@ impl Instances {
             lua: packed,
             native,
             commands,
+            route,
         };
         self.send(cmd, deadline, Some(&sink), false, |_| true);
         round
@@ -133,13 +149,19 @@ impl Instances {
 
     /// Queues one command on every instance; every answer arrives on the
     /// returned channel, tagged with the instance's index.
-    pub fn broadcast(&self, packed: &Arc<[u8]>, deadline: Instant) -> Receiver<(usize, Replies)> {
+    pub fn broadcast(
+        &self,
+        packed: &Arc<[u8]>,
+        route: &Route,
+        deadline: Instant,
+    ) -> Receiver<(usize, Replies)> {
         let (tx, rx) = crossbeam_channel::bounded(self.list.len());
         let sink: Sink = Arc::new(tx);
         let cmd = Packed {
             lua: packed,
             native: None,
             commands: 1,
+            route,
         };
         self.send(cmd, deadline, Some(&sink), false, |_| true);
         rx
@@ -155,6 +177,7 @@ impl Instances {
         packed: &Arc<[u8]>,
         native: Option<&Arc<Form>>,
         commands: usize,
+        route: &Route,
         deadline: Instant,
         sink: Option<&Sink>,
         to: impl Fn(usize) -> bool,
@@ -163,6 +186,7 @@ impl Instances {
             lua: packed,
             native,
             commands,
+            route,
         };
         self.send(cmd, deadline, sink, true, to);
     }
@@ -183,6 +207,10 @@ impl Instances {
                 deadline,
                 sink: sink.cloned(),
                 persistent,
+                slot: cmd.route.slot,
+                split: cmd.route.split.clone(),
+                hops: 0,
+                asking: false,
             });
         }
     }
@@ -194,6 +222,7 @@ struct Packed<'a> {
     lua: &'a Arc<[u8]>,
     native: Option<&'a Arc<Form>>,
     commands: usize,
+    route: &'a Route,
 }
 
 /// One round of requests: the votes so far, and the caller waiting for the
