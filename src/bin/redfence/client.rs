@@ -93,11 +93,12 @@ impl Target {
             .map_err(|e| Failure::from_lock_error(&e, CONFIG, CONFIG))
     }
 
-    /// Each instance's name (`host:port/db`, no credentials) and a
-    /// redis-rs client with the TLS settings, for commands that open their
-    /// own connections. Call after [`client`](Self::client), which has
+    /// Each instance's name (`host:port/db`, or `cluster #i` for a
+    /// `redis+cluster://` URL; no credentials) and a way to open redis-rs
+    /// clients with the TLS settings, for commands that open their own
+    /// connections. Call after [`client`](Self::client), which has
     /// validated the URLs.
-    pub fn instances(&self) -> Result<Vec<(String, redis::Client)>, Failure> {
+    pub fn instances(&self) -> Result<Vec<(String, Instance)>, Failure> {
         self.urls
             .iter()
             .enumerate()
@@ -108,23 +109,103 @@ impl Target {
                         format!("instance #{i} is not a valid Redis address"),
                     )
                 };
-                let info = url.as_str().into_connection_info().map_err(|_| invalid())?;
-                let name = name(&info);
-                let client = match &self.tls {
-                    Some(certs) if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) => {
-                        redis::Client::build_with_tls(info, certs.clone())
-                    }
-                    _ => redis::Client::open(info),
-                }
-                .map_err(|e| {
+                let (text, cluster) = match cluster_seed(url) {
+                    Some(seed) => (seed, true),
+                    None => (url.clone(), false),
+                };
+                let info = text.as_str().into_connection_info().map_err(|_| invalid())?;
+                let name = if cluster {
+                    format!("cluster #{i}")
+                } else {
+                    name(&info)
+                };
+                let instance = Instance {
+                    info,
+                    tls: self.tls.clone(),
+                    cluster,
+                };
+                instance.client(instance.info.clone()).map_err(|e| {
                     Failure::new(
                         CONFIG,
                         format!("instance #{i} ({name}): {}", describe(&name, &e)),
                     )
                 })?;
-                Ok((name, client))
+                Ok((name, instance))
             })
             .collect()
+    }
+}
+
+/// One instance for commands that open their own connections: a server,
+/// or a cluster reached through its first seed node.
+pub struct Instance {
+    info: ConnectionInfo,
+    tls: Option<redis::TlsCertificates>,
+    /// A cluster: a key's reader follows the seed's `MOVED` to its shard.
+    pub cluster: bool,
+}
+
+impl Instance {
+    /// The seed's `host:port`.
+    pub fn seed_addr(&self) -> Option<String> {
+        match self.info.addr() {
+            ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+                Some(format!("{host}:{port}"))
+            }
+            _ => None,
+        }
+    }
+
+    /// A client for the server (or the seed).
+    pub fn seed(&self) -> redis::RedisResult<redis::Client> {
+        self.client(self.info.clone())
+    }
+
+    /// A client for the node at `host:port` of this cluster, with the
+    /// seed's credentials and TLS.
+    pub fn node(&self, host: &str, port: u16) -> redis::RedisResult<redis::Client> {
+        let addr = match self.info.addr() {
+            ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => ConnectionAddr::TcpTls {
+                host: host.to_string(),
+                port,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => ConnectionAddr::Tcp(host.to_string(), port),
+        };
+        self.client(self.info.clone().set_addr(addr))
+    }
+
+    fn client(&self, info: ConnectionInfo) -> redis::RedisResult<redis::Client> {
+        match &self.tls {
+            Some(certs) if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) => {
+                redis::Client::build_with_tls(info, certs.clone())
+            }
+            _ => redis::Client::open(info),
+        }
+    }
+}
+
+/// The first seed of a `redis+cluster://` URL, as a plain `redis://` (or
+/// `rediss://`) URL without the `addr` parameters.
+fn cluster_seed(url: &str) -> Option<String> {
+    let (scheme, rest) = url.trim().split_once("://")?;
+    let base = scheme.to_ascii_lowercase();
+    let base = base.strip_suffix("+cluster")?;
+    let rest = rest.split_once('?').map_or(rest, |(r, _)| r);
+    Some(format!("{base}://{rest}"))
+}
+
+/// The position of a row of the library's ping report: `cluster #i shard
+/// …` rows of one cluster share a position; every other row is its own.
+pub fn ping_position(row: usize, name: &str) -> String {
+    match name.strip_prefix("cluster #") {
+        Some(rest) => format!("cluster #{}", rest.split(' ').next().unwrap_or_default()),
+        None => format!("row {row}"),
     }
 }
 
@@ -147,7 +228,9 @@ pub fn describe(instance: &str, err: &redis::RedisError) -> String {
 
 fn is_tls_url(url: &str) -> bool {
     let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
-    scheme.eq_ignore_ascii_case("rediss") || scheme.eq_ignore_ascii_case("valkeys")
+    let scheme = scheme.to_ascii_lowercase();
+    let scheme = scheme.strip_suffix("+cluster").unwrap_or(&scheme);
+    scheme == "rediss" || scheme == "valkeys"
 }
 
 /// The certificates named by `--tls-ca-file`, `--tls-cert-file` and

@@ -15,7 +15,17 @@ pub fn ping(common: &Common, args: &PingArgs) -> Result<u8, Failure> {
     let _ = locks.ping();
     let results = locks.ping();
     let quorum = locks.quorum();
-    let answered = results.iter().filter(|(_, r)| r.is_ok()).count();
+    // A cluster position answers when every shard master it knows did;
+    // the exit status counts positions, as the quorum does.
+    let mut positions: Vec<(String, bool)> = Vec::new();
+    for (row, (name, result)) in results.iter().enumerate() {
+        let position = client::ping_position(row, name);
+        match positions.iter_mut().find(|(p, _)| *p == position) {
+            Some((_, ok)) => *ok &= result.is_ok(),
+            None => positions.push((position, result.is_ok())),
+        }
+    }
+    let answered = positions.iter().filter(|(_, ok)| *ok).count();
     if args.json {
         let list: Vec<Value> = results
             .iter()
@@ -49,7 +59,7 @@ pub fn ping(common: &Common, args: &PingArgs) -> Result<u8, Failure> {
         }
         out!(
             "{answered} of {} instances answered (quorum {quorum})",
-            results.len()
+            positions.len()
         );
     }
     Ok(if answered >= quorum { 0 } else { UNAVAILABLE })

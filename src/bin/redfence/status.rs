@@ -40,12 +40,12 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<u8, Failure> {
     let lock_key = format!("{}lock:{{{}}}", common.prefix, args.resource);
     let fence_key = format!("{}fence:{{{}}}", common.prefix, args.resource);
     let timeout = common.instance_timeout;
-    let readings: Vec<Result<Reading, String>> = std::thread::scope(|scope| {
+    let readings: Vec<Result<(Reading, Option<String>), String>> = std::thread::scope(|scope| {
         let handles: Vec<_> = instances
             .iter()
-            .map(|(name, client)| {
+            .map(|(name, instance)| {
                 let (lock_key, fence_key) = (&lock_key, &fence_key);
-                scope.spawn(move || read(name, client, lock_key, fence_key, timeout))
+                scope.spawn(move || read(name, instance, lock_key, fence_key, timeout))
             })
             .collect();
         handles
@@ -56,16 +56,25 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<u8, Failure> {
             })
             .collect()
     });
-    let answered = readings.iter().filter(|r| r.is_ok()).count();
+    // A cluster's row names the shard that answered for the resource.
+    let readings: Vec<(String, Result<Reading, String>)> = instances
+        .iter()
+        .zip(readings)
+        .map(|((name, _), reading)| match reading {
+            Ok((r, Some(shard))) => (format!("{name} shard {shard}"), Ok(r)),
+            Ok((r, None)) => (name.clone(), Ok(r)),
+            Err(e) => (name.clone(), Err(e)),
+        })
+        .collect();
+    let answered = readings.iter().filter(|(_, r)| r.is_ok()).count();
     let locked = readings
         .iter()
-        .filter(|r| matches!(r, Ok(Reading { lock: Some(_), .. })))
+        .filter(|(_, r)| matches!(r, Ok(Reading { lock: Some(_), .. })))
         .count();
     if args.json {
-        let list: Vec<Value> = instances
+        let list: Vec<Value> = readings
             .iter()
-            .zip(&readings)
-            .map(|((name, _), reading)| match reading {
+            .map(|(name, reading)| match reading {
                 Ok(r) => json!({
                     "instance": name,
                     "ok": true,
@@ -107,7 +116,7 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<u8, Failure> {
             "TTL",
             "HOLDER"
         );
-        for ((name, _), reading) in instances.iter().zip(&readings) {
+        for (name, reading) in &readings {
             match reading {
                 Ok(r) => {
                     let (state, ttl) = match r.lock {
@@ -131,15 +140,36 @@ type Raw = (i64, Option<Vec<u8>>, Option<Vec<u8>>);
 
 fn read(
     name: &str,
-    client: &redis::Client,
+    instance: &client::Instance,
     lock_key: &str,
     fence_key: &str,
     timeout: Duration,
-) -> Result<Reading, String> {
-    let query = || -> Result<Raw, RedisError> {
-        let mut con = client.get_connection_with_timeout(CONNECT_TIMEOUT.max(timeout))?;
+) -> Result<(Reading, Option<String>), String> {
+    let connect = |client: &redis::Client| -> Result<redis::Connection, RedisError> {
+        let con = client.get_connection_with_timeout(CONNECT_TIMEOUT.max(timeout))?;
         con.set_read_timeout(Some(timeout))?;
         con.set_write_timeout(Some(timeout))?;
+        Ok(con)
+    };
+    // On a cluster, the seed names the shard that owns the resource's slot
+    // (its MOVED answer), unless it is that shard.
+    let mut shard = None;
+    let query = |shard: &mut Option<String>| -> Result<Raw, RedisError> {
+        let mut con = connect(&instance.seed()?)?;
+        if instance.cluster {
+            *shard = instance.seed_addr();
+            if let Err(e) = redis::cmd("PTTL").arg(lock_key).query::<i64>(&mut con) {
+                let Some((addr, _slot)) = e.redirect_node() else {
+                    return Err(e);
+                };
+                let (host, port) = addr
+                    .rsplit_once(':')
+                    .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
+                    .ok_or(e)?;
+                con = connect(&instance.node(&host, port)?)?;
+                *shard = Some(format!("{host}:{port}"));
+            }
+        }
         redis::pipe()
             .cmd("PTTL")
             .arg(lock_key)
@@ -149,7 +179,7 @@ fn read(
             .arg(fence_key)
             .query(&mut con)
     };
-    let (pttl, value, fence) = query().map_err(|e| client::describe(name, &e))?;
+    let (pttl, value, fence) = query(&mut shard).map_err(|e| client::describe(name, &e))?;
     let lock = match pttl {
         -2 => None,
         ms if ms < 0 => Some(None),
@@ -173,9 +203,12 @@ fn read(
                 .ok_or_else(|| "the fence counter is not an integer".to_string())?,
         ),
     };
-    Ok(Reading {
-        lock,
-        holder,
-        fence,
-    })
+    Ok((
+        Reading {
+            lock,
+            holder,
+            fence,
+        },
+        shard,
+    ))
 }
