@@ -36,7 +36,7 @@ const REFRESH_EVERY: Duration = Duration::from_secs(15);
 
 /// Shortest time between two readings of the slot map: a burst of `MOVED`
 /// answers (a resharding) asks for one reading, not one per request.
-const MIN_REFRESH_GAP: Duration = Duration::from_millis(50);
+const MIN_REFRESH_GAP: Duration = Duration::from_millis(100);
 
 /// Pause before reading the slot map again after a failed reading.
 const FAILED_REFRESH_PAUSE: Duration = Duration::from_millis(250);
@@ -76,6 +76,8 @@ struct Router {
     /// Asks the refresher for a new reading of the slot map; closed on
     /// drop, which stops it.
     refresh: Mutex<Option<Sender<()>>>,
+    /// Readings of the slot map so far, to vary the node asked first.
+    turn: std::sync::atomic::AtomicUsize,
     me: Weak<Router>,
 }
 
@@ -118,6 +120,7 @@ impl ClusterPosition {
                 shards: Vec::new(),
             }),
             refresh: Mutex::new(Some(tx)),
+            turn: std::sync::atomic::AtomicUsize::new(0),
             me: me.clone(),
         });
         let worker = Arc::clone(&router);
@@ -348,10 +351,18 @@ impl Router {
             .iter()
             .map(|s| s.addr.clone())
             .collect();
-        let candidates = known
+        let mut candidates: Vec<ConnectionInfo> = known
             .iter()
             .filter_map(|addr| node_info(&self.settings.template, addr))
-            .chain(self.seeds.iter().cloned());
+            .chain(self.seeds.iter().cloned())
+            .collect();
+        // Each reading starts at another node, so a frozen one (which
+        // costs a whole connect timeout) is not always asked first.
+        let turn = self.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if !candidates.is_empty() {
+            let by = turn % candidates.len();
+            candidates.rotate_left(by);
+        }
         for info in candidates {
             let Ok(ranges) = read_slots(info, &self.settings) else {
                 continue;
@@ -378,6 +389,10 @@ impl Router {
 }
 
 impl Redirect for Router {
+    fn unreachable(&self) {
+        self.ask_refresh();
+    }
+
     fn redirect(&self, mut req: Request, to: Redirection) {
         match to {
             Redirection::Moved { slot, addr } => {
@@ -458,34 +473,52 @@ impl Gather {
         drop(st);
         // A part that could not be answered fails the whole: the position
         // gave no answer (a failed attempt is cleaned up on every part).
-        let answer = match all.into_iter().collect::<Result<Vec<_>, _>>() {
-            Err(e) => Err(e),
-            Ok(values) => {
-                let combined = self.split.combine.apply(&self.split.parts, values);
-                self.undo(&combined.undo);
-                Ok(combined.values)
+        let values = match all.into_iter().collect::<Result<Vec<_>, _>>() {
+            Err(e) => {
+                if let Some(sink) = sink {
+                    sink.deliver(self.index, Err(e));
+                }
+                return;
             }
+            Ok(values) => values,
         };
-        if let Some(sink) = sink {
-            sink.deliver(self.index, answer);
+        let combined = self.split.combine.apply(&self.split.parts, values);
+        let mut answer = Answer {
+            index: self.index,
+            sink,
+            values: Some(combined.values),
+            left: combined.undo.len(),
+        };
+        if combined.undo.is_empty() {
+            answer.send();
+            return;
         }
+        // The position's "no" is counted once its partial grant is gone
+        // (or the undo's first try ended): the caller's call must not
+        // return while part of the set is still held here.
+        let answer = Arc::new(Mutex::new(answer));
+        self.undo(&combined.undo, &answer);
     }
 
     /// Cleans up the parts of an acquire that granted while another
-    /// refused, before the position's "no" is counted.
-    fn undo(&self, parts: &[usize]) {
+    /// refused; `answer` goes out when each has been tried once (the
+    /// clean-up itself goes on until its deadline).
+    fn undo(&self, parts: &[usize], answer: &Arc<Mutex<Answer>>) {
         let Combine::Acquire {
             undo,
             undo_deadline,
         } = &self.split.combine
         else {
+            answer.lock().send();
             return;
         };
         let Some(router) = self.router.upgrade() else {
+            answer.lock().send();
             return;
         };
         for &k in parts {
             let (Some(part), Some(packed)) = (self.split.parts.get(k), undo.get(k)) else {
+                answer.lock().one_done();
                 continue;
             };
             router.route(Request {
@@ -493,7 +526,7 @@ impl Gather {
                 native: None,
                 commands: 1,
                 deadline: *undo_deadline,
-                sink: None,
+                sink: Some(Arc::new(UndoSink(Arc::clone(answer)))),
                 persistent: true,
                 slot: Some(part.slot),
                 split: None,
@@ -501,6 +534,37 @@ impl Gather {
                 asking: false,
             });
         }
+    }
+}
+
+/// A split request's answer, held back until its undo was tried.
+struct Answer {
+    index: usize,
+    sink: Option<Sink>,
+    values: Option<Vec<Value>>,
+    left: usize,
+}
+
+impl Answer {
+    fn one_done(&mut self) {
+        self.left = self.left.saturating_sub(1);
+        if self.left == 0 {
+            self.send();
+        }
+    }
+
+    fn send(&mut self) {
+        if let (Some(sink), Some(values)) = (self.sink.take(), self.values.take()) {
+            sink.deliver(self.index, Ok(values));
+        }
+    }
+}
+
+struct UndoSink(Arc<Mutex<Answer>>);
+
+impl Collect for UndoSink {
+    fn deliver(&self, _position: usize, _replies: Replies) {
+        self.0.lock().one_done();
     }
 }
 

@@ -88,6 +88,8 @@ const MAX_HOPS: u8 = 3;
 /// cluster position's router, `cluster.rs`).
 pub(crate) trait Redirect: Send + Sync {
     fn redirect(&self, req: Request, to: Redirection);
+    /// The shard did not answer: its slots may have moved (a failover).
+    fn unreachable(&self);
 }
 
 /// A cluster's redirect of one request.
@@ -334,12 +336,20 @@ impl Worker {
             }
         };
         self.health.observe(&results);
+        if let Some(router) = self.redirect.as_ref().and_then(Weak::upgrade) {
+            if results.iter().any(|r| {
+                matches!(r, Err(e) if e.kind() != InstanceErrorKind::Server)
+            }) {
+                router.unreachable();
+            }
+        }
         let mut retry = Vec::new();
         for (req, result) in batch.drain(..).zip(results) {
             let Some(mut req) = self.follow_redirect(req, &result) else {
                 continue;
             };
-            let undelivered = matches!(&result, Err(e) if e.kind() != InstanceErrorKind::Server);
+            let undelivered = matches!(&result, Err(e) if e.kind() != InstanceErrorKind::Server)
+                || is_try_again(&result);
             req.answer(self.index, result);
             if req.persistent && undelivered {
                 retry.push(req);
@@ -545,6 +555,13 @@ impl Worker {
                 });
         }
     }
+}
+
+/// A cluster shard's `TRYAGAIN`: a request of several keys while their
+/// slot is being moved and only some of them have arrived. A release is
+/// sent again (it must land) until the move is over or its deadline.
+fn is_try_again(result: &Replies) -> bool {
+    matches!(result, Ok(values) if values.iter().any(|v| matches!(v, Value::ServerError(e) if e.code() == "TRYAGAIN")))
 }
 
 /// True when the connection was found closed by the peer before any reply

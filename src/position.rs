@@ -159,6 +159,7 @@ fn parse_cluster_url(text: &str) -> Result<Vec<ConnectionInfo>, Invalid> {
     }
     let mut seeds = vec![url.clone().into_instance()?];
     for (k, addr) in extra.iter().enumerate() {
+        let addr = addr.trim().trim_end_matches('/');
         let (host, port) = addr.rsplit_once(':').ok_or_else(|| {
             Invalid::Bad(format!(
                 "addr parameter #{} is not host:port",
