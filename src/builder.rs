@@ -16,7 +16,7 @@ use crate::connection::{open_client, Manager, TlsSettings, Warmup};
 use crate::instance::{Instance, InstanceConfig};
 use crate::keys::validate_prefix;
 use crate::native;
-use crate::notify::Notifier;
+use crate::notify::{Notifier, Source};
 use crate::position::{Kind, Position};
 use crate::quorum::Instances;
 use crate::shared::Shared;
@@ -295,11 +295,13 @@ impl RedlockBuilder {
                 Error::invalid_config(format!("instance #{index} ({}): {e}", instance_name(info)))
             })
         };
-        // One client per position for its release notifications: the
-        // server, or a cluster's first seed (a classic PUBLISH reaches
-        // every node of a cluster).
+        // One client per position: its release notifications (a
+        // standalone server's) and its worker (`open` checks every seed).
         let mut clients = Vec::with_capacity(positions.len());
         for (index, position) in positions.iter().enumerate() {
+            for info in position.all() {
+                open(index, info)?;
+            }
             clients.push(open(index, position.first())?);
         }
         let warmup = Warmup::new(positions.len(), cfg.connect_timeout);
@@ -311,13 +313,12 @@ impl RedlockBuilder {
                 .thread_name_pattern("redfence-connect-{}")
                 .build(),
         );
-        let notifier = Notifier::start(clients.clone(), cfg.connect_timeout, cfg.instance_timeout)
-            .map_err(|e| Error::invalid_config(format!("cannot start a subscriber thread: {e}")))?;
         let mut list = Vec::with_capacity(positions.len());
         let mut clocks = Vec::with_capacity(positions.len());
         let mut support = Vec::with_capacity(positions.len());
         let thread_failed =
             |e: std::io::Error| Error::invalid_config(format!("cannot start a worker thread: {e}"));
+        let subscriber_clients = clients.clone();
         for (index, (position, client)) in positions.into_iter().zip(clients).enumerate() {
             let clock = Arc::new(InstanceClock::default());
             let native = Arc::new(native::Support::default());
@@ -369,6 +370,16 @@ impl RedlockBuilder {
             clocks.push(clock);
             support.push(native);
         }
+        let sources = list
+            .iter()
+            .zip(subscriber_clients)
+            .map(|(voter, client)| match voter {
+                Voter::Standalone(_) => Source::Server(client),
+                Voter::Cluster(cluster) => Source::Cluster(cluster.shards()),
+            })
+            .collect();
+        let notifier = Notifier::start(sources, cfg.connect_timeout, cfg.instance_timeout)
+            .map_err(|e| Error::invalid_config(format!("cannot start a subscriber thread: {e}")))?;
         let shared = Shared::new(cfg, Instances::new(list, clocks, support), warmup);
         Redlock::start(shared, notifier)
     }

@@ -360,6 +360,7 @@ impl Redlock {
                     persistent: false,
                     slot: None,
                     split: None,
+                    cluster: None,
                     hops: 0,
                     asking: false,
                 }

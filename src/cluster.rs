@@ -28,6 +28,7 @@ use crate::error::{InstanceError, InstanceErrorKind};
 use crate::instance::{
     Collect, Instance, InstanceConfig, Redirect, Redirection, Replies, Request, Sink,
 };
+use crate::notify::Shards;
 use crate::split::{Combine, Split};
 use crate::slot::SLOTS;
 
@@ -133,6 +134,11 @@ impl ClusterPosition {
         })
     }
 
+    /// Where the position's release channels live, for its subscriber.
+    pub fn shards(&self) -> Arc<dyn Shards> {
+        Arc::clone(&self.router) as Arc<dyn Shards>
+    }
+
     /// `cluster #i (seed, …)`: how the position is named where no shard is
     /// meant.
     pub fn name(&self) -> &str {
@@ -182,6 +188,10 @@ impl Router {
             if let Some(split) = req.split.take() {
                 return self.route_parts(req, split);
             }
+        }
+        if let Some((packed, commands)) = req.cluster.take() {
+            req.packed = packed;
+            req.commands = commands;
         }
         let topology = self.topology.read();
         let shard = req
@@ -234,6 +244,7 @@ impl Router {
                 persistent: req.persistent,
                 slot: Some(part.slot),
                 split: None,
+                cluster: None,
                 hops: 0,
                 asking: false,
             });
@@ -388,6 +399,27 @@ impl Router {
     }
 }
 
+impl Shards for Router {
+    fn owner(&self, slot: u16) -> Option<(String, redis::Client)> {
+        let addr = {
+            let topology = self.topology.read();
+            let k = *topology.slots.get(usize::from(slot))?;
+            topology.shards.get(usize::from(k))?.addr.clone()
+        };
+        let info = node_info(&self.settings.template, &addr)?;
+        let resp3 = info
+            .redis_settings()
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP3);
+        let client = open_client(info.set_redis_settings(resp3), &self.settings.tls).ok()?;
+        Some((addr, client))
+    }
+
+    fn stale(&self) {
+        self.ask_refresh();
+    }
+}
+
 impl Redirect for Router {
     fn unreachable(&self) {
         self.ask_refresh();
@@ -530,6 +562,7 @@ impl Gather {
                 persistent: true,
                 slot: Some(part.slot),
                 split: None,
+                cluster: None,
                 hops: 0,
                 asking: false,
             });

@@ -163,15 +163,20 @@ impl Election {
         );
         // Then announced on the release channel: observers read at once.
         // (Standbys waiting there try once more and wait again.)
-        let announce = redis::cmd("PUBLISH")
-            .arg(&keys.channel)
-            .arg("elected")
-            .get_packed_command();
-        let cmd: std::sync::Arc<[u8]> = [&record[..], &announce[..]].concat().into();
+        let with_announce = |sharded: bool| {
+            let announce = redis::cmd(scripts::announce_command(sharded))
+                .arg(&keys.channel)
+                .arg("elected")
+                .get_packed_command();
+            let cmd: std::sync::Arc<[u8]> = [&record[..], &announce[..]].concat().into();
+            (cmd, 2)
+        };
+        let (cmd, _) = with_announce(false);
+        let route = Route::slot(keys.slot).with_cluster_form(|| with_announce(true));
         let deadline = shared.round_deadline();
         let _ = shared
             .instances
-            .round(&cmd, 2, &Route::slot(keys.slot), deadline, yes_no)
+            .round(&cmd, 2, &route, deadline, yes_no)
             .wait(deadline);
     }
 

@@ -74,6 +74,8 @@ pub(crate) struct Request {
     /// A request whose keys span several slots, cut into one part per
     /// slot for a cluster position (`split.rs`).
     pub split: Option<Arc<crate::split::Split>>,
+    /// The request as a cluster position sends it, if it differs.
+    pub cluster: Option<(Arc<[u8]>, usize)>,
     /// Redirects followed so far (`MOVED`, `ASK`): bounded, so a cluster
     /// in the middle of a change cannot bounce a request for ever.
     pub hops: u8,

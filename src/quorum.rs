@@ -209,6 +209,7 @@ impl Instances {
                 persistent,
                 slot: cmd.route.slot,
                 split: cmd.route.split.clone(),
+                cluster: cmd.route.cluster.clone(),
                 hops: 0,
                 asking: false,
             });

@@ -168,13 +168,26 @@ pub(crate) fn release_and_announce(
     target: &Target,
     value: &str,
     ttl: Duration,
+    sharded: bool,
 ) -> (Arc<[u8]>, usize) {
     let mut pipe = redis::pipe();
     pipe.add_command(release_cmd(target, value, ttl, false));
     for member in &target.members {
-        pipe.cmd("PUBLISH").arg(&member.keys.channel).arg("1");
+        pipe.cmd(announce_command(sharded))
+            .arg(&member.keys.channel)
+            .arg("1");
     }
     (pipe.get_packed_pipeline().into(), 1 + target.members.len())
+}
+
+/// How a release is announced: `SPUBLISH` on a cluster position, where it
+/// goes to the channel's shard only (a `PUBLISH` goes to every node).
+pub(crate) fn announce_command(sharded: bool) -> &'static str {
+    if sharded {
+        "SPUBLISH"
+    } else {
+        "PUBLISH"
+    }
 }
 
 #[cfg(test)]

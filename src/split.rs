@@ -23,6 +23,9 @@ pub(crate) struct Route {
     pub slot: Option<u16>,
     /// Otherwise, the request cut along slots.
     pub split: Option<Arc<Split>>,
+    /// The request as a cluster position sends it, where that differs (a
+    /// release announces with `SPUBLISH`): packed commands and their count.
+    pub cluster: Option<(Arc<[u8]>, usize)>,
 }
 
 /// A request cut into one part per slot.
@@ -67,7 +70,11 @@ impl Route {
     ) -> Route {
         let slot = target.slot();
         if slot.is_some() || !split {
-            return Route { slot, split: None };
+            return Route {
+                slot,
+                split: None,
+                cluster: None,
+            };
         }
         let Some(groups) = target.by_slot() else {
             return Route::default();
@@ -90,12 +97,26 @@ impl Route {
                 parts,
                 combine: combine(&subs),
             })),
+            cluster: None,
         }
     }
 
     /// A route to one slot.
     pub fn slot(slot: Option<u16>) -> Route {
-        Route { slot, split: None }
+        Route {
+            slot,
+            split: None,
+            cluster: None,
+        }
+    }
+
+    /// This route, with the request in the form a cluster position sends
+    /// when it goes to one slot whole.
+    pub fn with_cluster_form(mut self, form: impl FnOnce() -> (Arc<[u8]>, usize)) -> Route {
+        if self.slot.is_some() {
+            self.cluster = Some(form());
+        }
+        self
     }
 }
 

@@ -7,6 +7,16 @@
 //! a waiter registers the channel, the subscriber threads subscribe to it
 //! and acknowledge, and the first message for the channel wakes the waiter.
 //! Subscriber threads hold no connection while nobody waits.
+//!
+//! A Redis Cluster position announces with sharded pub/sub instead
+//! (`SPUBLISH` on the shard that owns the resource's slot, where a classic
+//! `PUBLISH` would be sent to every node): its subscriber thread keeps a
+//! connection to each shard master that owns a wanted channel
+//! (`sharded.rs`).
+
+mod sharded;
+
+pub(crate) use sharded::Shards;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -46,6 +56,14 @@ struct Registry {
     waiting: AtomicUsize,
 }
 
+/// Where a position's release announcements are heard.
+pub(crate) enum Source {
+    /// A standalone server: `SUBSCRIBE` there.
+    Server(redis::Client),
+    /// A Redis Cluster: `SSUBSCRIBE` on the shard of each channel.
+    Cluster(std::sync::Arc<dyn Shards>),
+}
+
 pub(crate) struct Notifier {
     registry: Arc<Registry>,
     kicks: Vec<Sender<()>>,
@@ -56,26 +74,41 @@ impl Notifier {
     /// One subscriber thread per instance client; `connect_timeout` bounds
     /// a connection set-up, `timeout` every command after it.
     pub fn start(
-        instances: Vec<redis::Client>,
+        sources: Vec<Source>,
         connect_timeout: Duration,
         timeout: Duration,
     ) -> std::io::Result<Self> {
         let registry = Arc::new(Registry::default());
         let mut kicks = Vec::new();
         let mut threads = Vec::new();
-        for (index, client) in instances.into_iter().enumerate() {
+        for (index, source) in sources.into_iter().enumerate() {
             let (kick_tx, kick_rx) = crossbeam_channel::bounded(1);
-            let subscriber = Subscriber {
-                client,
-                connect_timeout,
-                timeout,
-                registry: Arc::clone(&registry),
-                kicks: kick_rx,
-                acked: HashSet::new(),
+            let registry = Arc::clone(&registry);
+            let builder =
+                std::thread::Builder::new().name(format!("redfence-subscriber-{index}"));
+            let handle = match source {
+                Source::Server(client) => {
+                    let subscriber = Subscriber {
+                        client,
+                        connect_timeout,
+                        timeout,
+                        registry,
+                        kicks: kick_rx,
+                        acked: HashSet::new(),
+                    };
+                    builder.spawn(move || subscriber.run())?
+                }
+                Source::Cluster(shards) => {
+                    let subscriber = sharded::ShardedSubscriber::new(
+                        shards,
+                        connect_timeout,
+                        timeout,
+                        registry,
+                        kick_rx,
+                    );
+                    builder.spawn(move || subscriber.run())?
+                }
             };
-            let handle = std::thread::Builder::new()
-                .name(format!("redfence-subscriber-{index}"))
-                .spawn(move || subscriber.run())?;
             kicks.push(kick_tx);
             threads.push(handle);
         }
@@ -328,17 +361,28 @@ impl Subscriber {
         }
     }
 
-    /// Tells new waiters that this instance now watches their channel.
     fn acknowledge(&mut self) {
-        let channels = self.registry.channels.lock();
+        self.registry.acknowledge(&mut self.acked);
+    }
+
+    fn wake(&self, channel: &str) {
+        self.registry.wake(channel);
+    }
+}
+
+impl Registry {
+    /// Tells new waiters that this instance now watches their channel;
+    /// `acked` holds the waiters it told before.
+    fn acknowledge(&self, acked: &mut HashSet<u64>) {
+        let channels = self.channels.lock();
         let mut live = HashSet::new();
         for waiter in channels.values().flatten() {
             live.insert(waiter.id);
-            if self.acked.insert(waiter.id) {
+            if acked.insert(waiter.id) {
                 let _ = waiter.subscribed.try_send(());
             }
         }
-        self.acked.retain(|id| live.contains(id));
+        acked.retain(|id| live.contains(id));
     }
 
     /// Wakes the longest-waiting call for the channel only: the calls of
@@ -346,7 +390,7 @@ impl Subscriber {
     /// splitting the vote among themselves.
     /// Observers are all woken.
     fn wake(&self, channel: &str) {
-        let channels = self.registry.channels.lock();
+        let channels = self.channels.lock();
         let Some(waiters) = channels.get(channel) else {
             return;
         };
@@ -356,6 +400,14 @@ impl Subscriber {
         for observer in waiters.iter().filter(|w| w.observer) {
             let _ = observer.wake.try_send(());
         }
+    }
+
+    /// The channels some call waits for, and the registry's version they
+    /// belong to.
+    fn wanted(&self) -> (HashSet<String>, u64) {
+        let version = self.version.load(Ordering::Acquire);
+        let wanted = self.channels.lock().keys().cloned().collect();
+        (wanted, version)
     }
 }
 

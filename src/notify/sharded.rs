@@ -1,0 +1,287 @@
+//! The subscriber of a Redis Cluster position: `SSUBSCRIBE` to each wanted
+//! channel on the shard master that owns its slot, one connection per such
+//! shard, all served by the position's one subscriber thread.
+//!
+//! redis-rs's blocking pub/sub has no sharded form, so this speaks the
+//! three commands itself over plain connections, in RESP3: there every
+//! subscription message is a push, which redis-rs hands over even after a
+//! read timed out (in RESP2 it would take the next message for the late
+//! reply and drop it). A shard that gives up a
+//! slot (resharding, failover) unsubscribes its clients from the slot's
+//! channels; the channel is then subscribed again where the slot map says
+//! it lives now.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, TryRecvError};
+use redis::{PushKind, Value};
+
+use super::{Registry, Stop, RECONNECT_PAUSE};
+use crate::slot::key_slot;
+
+/// Where a cluster position's channels live.
+pub(crate) trait Shards: Send + Sync {
+    /// The shard master that owns `slot` now: its `host:port` and a client
+    /// for it that speaks RESP3.
+    fn owner(&self, slot: u16) -> Option<(String, redis::Client)>;
+    /// A shard refused a channel as not its own: the slot map is stale.
+    fn stale(&self);
+}
+
+/// How long one connection is listened to per turn while several are.
+const TURN: Duration = Duration::from_millis(1);
+
+pub(super) struct ShardedSubscriber {
+    shards: Arc<dyn Shards>,
+    connect_timeout: Duration,
+    timeout: Duration,
+    registry: Arc<Registry>,
+    kicks: Receiver<()>,
+    acked: HashSet<u64>,
+}
+
+/// One shard's subscriber connection and the channels subscribed on it.
+struct Link {
+    conn: redis::Connection,
+    channels: HashSet<String>,
+}
+
+/// What a message on a subscriber connection says.
+enum Event {
+    Message(String),
+    Subscribed(String),
+    Unsubscribed(String),
+    Refused,
+    Other,
+}
+
+impl ShardedSubscriber {
+    pub fn new(
+        shards: Arc<dyn Shards>,
+        connect_timeout: Duration,
+        timeout: Duration,
+        registry: Arc<Registry>,
+        kicks: Receiver<()>,
+    ) -> Self {
+        ShardedSubscriber {
+            shards,
+            connect_timeout,
+            timeout,
+            registry,
+            kicks,
+            acked: HashSet::new(),
+        }
+    }
+
+    pub fn run(mut self) {
+        loop {
+            // Idle: no connection, sleep until somebody waits.
+            while self.registry.channels.lock().is_empty() {
+                if self.kicks.recv().is_err() {
+                    return;
+                }
+            }
+            match self.serve() {
+                Stop::Shutdown => return,
+                Stop::Idle => {}
+                Stop::Failed => {
+                    // Refused as not its own (`MOVED` comes back as an
+                    // error here), or gone: either way the slot map may be
+                    // stale (a reshard, a failover).
+                    self.shards.stale();
+                    if let Err(crossbeam_channel::RecvTimeoutError::Disconnected) =
+                        self.kicks.recv_timeout(RECONNECT_PAUSE)
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs the shard connections until nobody waits, one fails, or the
+    /// client stops.
+    fn serve(&mut self) -> Stop {
+        let mut links: HashMap<String, Link> = HashMap::new();
+        let mut seen_version = None;
+        self.acked.clear();
+        loop {
+            match self.kicks.try_recv() {
+                Ok(()) | Err(TryRecvError::Empty) => {}
+                Err(TryRecvError::Disconnected) => return Stop::Shutdown,
+            }
+            let (wanted, version) = self.registry.wanted();
+            if seen_version != Some(version) {
+                if wanted.is_empty() {
+                    return Stop::Idle;
+                }
+                if let Err(stop) = self.place(&mut links, &wanted) {
+                    return stop;
+                }
+                self.registry.acknowledge(&mut self.acked);
+                seen_version = Some(version);
+            }
+            let turn = if links.len() > 1 {
+                TURN
+            } else {
+                super::POLL
+            };
+            for link in links.values_mut() {
+                if link.conn.set_read_timeout(Some(turn)).is_err() {
+                    return Stop::Failed;
+                }
+                match link.conn.recv_response() {
+                    Ok(value) => match event(&value) {
+                        Event::Message(channel) => self.registry.wake(&channel),
+                        Event::Unsubscribed(channel) => {
+                            // The shard gave the slot away: subscribe again
+                            // where it went.
+                            link.channels.remove(&channel);
+                            seen_version = None;
+                        }
+                        _ => {}
+                    },
+                    Err(e) if e.is_timeout() => {}
+                    Err(_) => return Stop::Failed,
+                }
+            }
+        }
+    }
+
+    /// Subscribes each wanted channel on its shard and unsubscribes the
+    /// others, then waits until every subscription is confirmed.
+    fn place(&self, links: &mut HashMap<String, Link>, wanted: &HashSet<String>) -> Result<(), Stop> {
+        let mut clients: HashMap<String, redis::Client> = HashMap::new();
+        let mut place: HashMap<String, Vec<&String>> = HashMap::new();
+        for channel in wanted {
+            let Some((addr, client)) = self.shards.owner(key_slot(channel.as_bytes())) else {
+                self.shards.stale();
+                return Err(Stop::Failed);
+            };
+            place.entry(addr.clone()).or_default().push(channel);
+            clients.entry(addr).or_insert(client);
+        }
+        for (addr, link) in links.iter_mut() {
+            let keep: HashSet<&String> = place.get(addr).into_iter().flatten().copied().collect();
+            let gone: Vec<String> = link
+                .channels
+                .iter()
+                .filter(|c| !keep.contains(c))
+                .cloned()
+                .collect();
+            for channel in gone {
+                let cmd = redis::cmd("SUNSUBSCRIBE").arg(&channel).get_packed_command();
+                if link.conn.send_packed_command(&cmd).is_err() {
+                    return Err(Stop::Failed);
+                }
+                link.channels.remove(&channel);
+            }
+        }
+        links.retain(|addr, link| place.contains_key(addr) || !link.channels.is_empty());
+        let mut pending = 0;
+        for (addr, channels) in &place {
+            if !links.contains_key(addr) {
+                let Some(client) = clients.get(addr) else {
+                    return Err(Stop::Failed);
+                };
+                let conn = crate::connection::connect(client, self.connect_timeout)
+                    .map_err(|_| Stop::Failed)?;
+                conn.set_write_timeout(Some(self.timeout))
+                    .map_err(|_| Stop::Failed)?;
+                links.insert(
+                    addr.clone(),
+                    Link {
+                        conn,
+                        channels: HashSet::new(),
+                    },
+                );
+            }
+            let Some(link) = links.get_mut(addr) else {
+                return Err(Stop::Failed);
+            };
+            for channel in channels {
+                if link.channels.contains(*channel) {
+                    continue;
+                }
+                let cmd = redis::cmd("SSUBSCRIBE").arg(*channel).get_packed_command();
+                if link.conn.send_packed_command(&cmd).is_err() {
+                    return Err(Stop::Failed);
+                }
+                pending += 1;
+            }
+        }
+        self.confirm(links, pending)
+    }
+
+    /// Reads the links until `pending` subscriptions are confirmed (waking
+    /// calls for messages that arrive meanwhile), within the timeout.
+    fn confirm(&self, links: &mut HashMap<String, Link>, mut pending: usize) -> Result<(), Stop> {
+        let deadline = Instant::now() + self.timeout.max(Duration::from_millis(100));
+        while pending > 0 {
+            if Instant::now() >= deadline {
+                return Err(Stop::Failed);
+            }
+            for link in links.values_mut() {
+                link.conn
+                    .set_read_timeout(Some(TURN))
+                    .map_err(|_| Stop::Failed)?;
+                match link.conn.recv_response() {
+                    Ok(value) => match event(&value) {
+                        Event::Subscribed(channel) => {
+                            link.channels.insert(channel);
+                            pending = pending.saturating_sub(1);
+                        }
+                        Event::Message(channel) => self.registry.wake(&channel),
+                        Event::Refused => {
+                            // MOVED: the slot map is stale. Try again after
+                            // it was read.
+                            self.shards.stale();
+                            return Err(Stop::Failed);
+                        }
+                        Event::Unsubscribed(_) | Event::Other => {}
+                    },
+                    Err(e) if e.is_timeout() => {}
+                    Err(_) => return Err(Stop::Failed),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads a subscriber connection's message, in RESP2 or RESP3 form.
+fn event(value: &Value) -> Event {
+    let text = |v: Option<&Value>| match v {
+        Some(Value::BulkString(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+        Some(Value::SimpleString(s)) => Some(s.clone()),
+        _ => None,
+    };
+    match value {
+        Value::ServerError(_) => Event::Refused,
+        Value::Push { kind, data } => {
+            let Some(channel) = text(data.first()) else {
+                return Event::Other;
+            };
+            match kind {
+                PushKind::SMessage => Event::Message(channel),
+                PushKind::SSubscribe => Event::Subscribed(channel),
+                PushKind::SUnsubscribe => Event::Unsubscribed(channel),
+                _ => Event::Other,
+            }
+        }
+        Value::Array(items) => {
+            let (Some(kind), Some(channel)) = (text(items.first()), text(items.get(1))) else {
+                return Event::Other;
+            };
+            match kind.as_str() {
+                "smessage" => Event::Message(channel),
+                "ssubscribe" => Event::Subscribed(channel),
+                "sunsubscribe" => Event::Unsubscribed(channel),
+                _ => Event::Other,
+            }
+        }
+        _ => Event::Other,
+    }
+}
