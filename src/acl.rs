@@ -40,6 +40,32 @@ pub const ACL_COMMANDS: &[&str] = &[
     "pttl",
 ];
 
+/// The commands a Redis Cluster position needs on top of
+/// [`ACL_COMMANDS`]: `cluster|slots` (the slot map), `asking` (a slot being
+/// moved), and sharded pub/sub for release notifications (`spublish`,
+/// `ssubscribe`, `sunsubscribe`). The subscriber speaks RESP3 (`HELLO 3`,
+/// which every user may send).
+pub const ACL_CLUSTER_COMMANDS: &[&str] = &[
+    "cluster|slots",
+    "asking",
+    "spublish",
+    "ssubscribe",
+    "sunsubscribe",
+];
+
+/// [`acl_rules`] for the nodes of a Redis Cluster position: the same keys
+/// and channels, [`ACL_COMMANDS`] and [`ACL_CLUSTER_COMMANDS`].
+///
+/// ```
+/// let rules = redfence::acl_cluster_rules("redfence:").join(" ");
+/// assert!(rules.ends_with("+cluster|slots +asking +spublish +ssubscribe +sunsubscribe"));
+/// ```
+pub fn acl_cluster_rules(prefix: &str) -> Vec<String> {
+    let mut rules = acl_rules(prefix);
+    rules.extend(ACL_CLUSTER_COMMANDS.iter().map(|c| format!("+{c}")));
+    rules
+}
+
 /// The ACL rules (for `ACL SETUSER name on >password RULES…`) that allow
 /// exactly what a client with this key prefix needs: its keys, its release
 /// channels and [`ACL_COMMANDS`], nothing else.

@@ -190,7 +190,7 @@ pub use crossbeam_channel;
 /// connection URLs.
 pub use redis;
 
-pub use acl::{acl_rules, ACL_COMMANDS};
+pub use acl::{acl_cluster_rules, acl_rules, ACL_CLUSTER_COMMANDS, ACL_COMMANDS};
 pub use address::IntoInstance;
 pub use builder::RedlockBuilder;
 pub use client::Redlock;
