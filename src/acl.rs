@@ -117,6 +117,14 @@ mod tests {
             include_str!("../docs/tls-and-acls.md").contains(&line),
             "{line}"
         );
+        let cluster = format!(
+            "ACL SETUSER redfence on >secret {}",
+            acl_cluster_rules("redfence:").join(" ")
+        );
+        assert!(
+            include_str!("../docs/cluster.md").contains(&cluster),
+            "{cluster}"
+        );
     }
 
     #[test]

@@ -106,6 +106,14 @@
 //! `redfence:void:{R}:V` (expires with the TTL); an election also uses
 //! `redfence:term:{R}` (its leader's term, see `docs/coordination.md`).
 //!
+//! ## Redis Cluster positions
+//!
+//! Any position may be a Redis Cluster ([`Position::cluster`], or a
+//! `redis+cluster://` URL) that votes once per lock: each resource's keys
+//! share the hash tag `{R}`, so one shard answers for it, and capacity
+//! grows with the shards. `docs/cluster.md` has the routing, the failure
+//! model and the topology to use.
+//!
 //! ## Coordination
 //!
 //! [`RedlockBuilder::identity`] names a client to others ([`Error::Contended`]
@@ -182,6 +190,11 @@ struct ReadmeDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/coordination.md")]
 struct CoordinationDoctests;
+
+/// And the Redis Cluster guide's.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/cluster.md")]
+struct ClusterDoctests;
 
 /// The channel crate of [`LockGuard::loss_signal`], re-exported so that
 /// `select!` works without matching versions by hand.
