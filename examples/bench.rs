@@ -16,7 +16,7 @@
 //! ```
 //!
 //! It starts its own five `redis-server` processes
-//! ([`RedisCluster::start(5)`](redfence::testing::RedisCluster::start)),
+//! ([`RedisServers::start(5)`](redfence::testing::RedisServers::start)),
 //! runs every scenario `BENCH_REPEATS` times (default 3) and prints, as
 //! markdown tables, the median across repeats of each figure (the repeats
 //! of scenarios 1, 1b and 2 are interleaved, so that their ratios compare
@@ -96,7 +96,7 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redfence::testing::{Fault, FaultProxy, RedisCluster};
+use redfence::testing::{Fault, FaultProxy, RedisServers};
 use redfence::{Error, LockOptions, Redlock};
 
 #[path = "common/bench_support.rs"]
@@ -171,7 +171,7 @@ fn p50_p99_vs(sample: &Sample, reference: &Sample, what: &str) -> String {
 /// Scenario 1b's raw requests send the same and cancel out; a failed
 /// attempt would count, but the runs counted here have none (their errors
 /// column is 0).
-fn raise_rounds(cluster: &RedisCluster) -> u64 {
+fn raise_rounds(cluster: &RedisServers) -> u64 {
     cluster
         .iter()
         .map(|s| {
@@ -185,7 +185,7 @@ fn raise_rounds(cluster: &RedisCluster) -> u64 {
 
 /// The share of the grants in `samples` that needed a raise round, given
 /// the count of rounds before they ran.
-fn raise_share(cluster: &RedisCluster, rounds_before: u64, samples: &[Sample]) -> f64 {
+fn raise_share(cluster: &RedisServers, rounds_before: u64, samples: &[Sample]) -> f64 {
     let grants: usize = samples.iter().map(|s| s.ops).sum();
     raise_rounds(cluster).saturating_sub(rounds_before) as f64 / grants.max(1) as f64
 }
@@ -194,7 +194,7 @@ fn raise_share(cluster: &RedisCluster, rounds_before: u64, samples: &[Sample]) -
 /// in each direction, standing in for a network round trip of at least
 /// twice that: the raw baseline and redfence, one thread, through the same
 /// five proxies.
-fn network_rows(settings: &Settings, cluster: &RedisCluster, delay: Duration) -> Vec<Row> {
+fn network_rows(settings: &Settings, cluster: &RedisServers, delay: Duration) -> Vec<Row> {
     let network = DelayedNetwork::start(cluster, delay);
     let urls = network.urls.clone();
     let connect = || network.connect();
@@ -230,7 +230,7 @@ fn network_rows(settings: &Settings, cluster: &RedisCluster, delay: Duration) ->
 /// across instances.
 /// The gap between this and scenario 2 is the client's own cost; the gap
 /// between this and scenario 1 is what fencing and compare-and-delete cost.
-fn raw_scripts_baseline(cluster: &RedisCluster, ops: usize) -> Sample {
+fn raw_scripts_baseline(cluster: &RedisServers, ops: usize) -> Sample {
     let acquire = redis::Script::new(include_str!("../lua/acquire.lua"));
     let release = redis::Script::new(include_str!("../lua/release.lua"));
     let mut conns: Vec<redis::Connection> = cluster.iter().map(|s| s.connection()).collect();
@@ -401,7 +401,7 @@ fn thread_names() -> String {
         .join(", ")
 }
 
-fn count_keys(cluster: &RedisCluster, pattern: &str) -> usize {
+fn count_keys(cluster: &RedisServers, pattern: &str) -> usize {
     cluster.iter().map(|s| s.keys(pattern).len()).sum()
 }
 
@@ -468,7 +468,7 @@ fn print_machine(settings: &Settings) {
 /// under `locks`.
 fn fault_rows(
     settings: &Settings,
-    cluster: &RedisCluster,
+    cluster: &RedisServers,
     label: &str,
     locks: &Redlock,
     healthy: &Sample,
@@ -502,7 +502,7 @@ fn fault_rows(
 
 fn proxy_rows(
     settings: &Settings,
-    cluster: &RedisCluster,
+    cluster: &RedisServers,
     fault: Fault,
     label: &str,
     healthy: &Sample,
@@ -527,7 +527,7 @@ fn main() {
     print_machine(&settings);
     let run_start = Instant::now();
 
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = client(cluster.urls());
 
     // 1 and 2: raw baseline, raw scripts and redfence, one thread. Their

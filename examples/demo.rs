@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use redfence::testing::{FencedStore, RedisCluster};
+use redfence::testing::{FencedStore, RedisServers};
 use redfence::{Error, LockOptions, Redlock};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -19,7 +19,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(list) => (list.split(',').map(str::to_string).collect(), None),
         Err(_) => {
             println!("starting five local redis-server instances…");
-            let cluster = RedisCluster::try_start_with(5, Default::default())?;
+            let cluster = RedisServers::try_start_with(5, Default::default())?;
             (cluster.urls(), Some(cluster))
         }
     };

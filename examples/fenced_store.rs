@@ -13,11 +13,11 @@
 
 use std::time::Duration;
 
-use redfence::testing::{RedisCluster, RedisServer};
+use redfence::testing::{RedisServer, RedisServers};
 use redfence::{fenced_set, LockOptions, Redlock};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let lock_servers = RedisCluster::try_start_with(3, Default::default())?;
+    let lock_servers = RedisServers::try_start_with(3, Default::default())?;
     let storage = RedisServer::start();
     let mut store = storage.connection();
 

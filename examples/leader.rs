@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redfence::crossbeam_channel::{bounded, select, tick, Receiver};
-use redfence::testing::{RedisCluster, RedisServer};
+use redfence::testing::{RedisServer, RedisServers};
 use redfence::{fenced_set, redis, Redlock};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -28,14 +28,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .unwrap_or_else(|| "scheduler-a".to_string());
     // Local servers when none are given (kept alive until the end).
-    let mut local: Option<(RedisCluster, RedisServer)> = None;
+    let mut local: Option<(RedisServers, RedisServer)> = None;
     let (urls, store_url) = match std::env::var("REDFENCE_SERVERS") {
         Ok(list) => (
             list.split(',').map(str::to_string).collect::<Vec<_>>(),
             std::env::var("STORE")?,
         ),
         Err(_) => {
-            let cluster = RedisCluster::start(3);
+            let cluster = RedisServers::start(3);
             let store = RedisServer::start();
             let urls = (cluster.urls(), store.url());
             local = Some((cluster, store));

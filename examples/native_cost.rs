@@ -34,7 +34,7 @@ use bench_support::{
     env_or, fmt_client_cpu, fmt_dur, fmt_server_cpu, machine_summary, ratio, single_thread,
     throughput, with_cpu, Sample,
 };
-use redfence::testing::RedisCluster;
+use redfence::testing::RedisServers;
 use redfence::{Error, LockOptions, Redlock};
 
 fn opts() -> LockOptions {
@@ -78,7 +78,7 @@ fn main() {
     let repeats: usize = env_or("BENCH_REPEATS", 5);
     let ops: usize = env_or("BENCH_OPS", 3000);
     let secs = Duration::from_secs_f64(env_or("BENCH_SECS", 2.0));
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let version = cluster.server(0).server_version();
     println!("# Native commands against Lua ({version})\n");
     println!("machine: {}", machine_summary());

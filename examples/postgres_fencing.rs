@@ -21,7 +21,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use postgres::{Client, NoTls};
-use redfence::testing::{PostgresServer, RedisCluster};
+use redfence::testing::{PostgresServer, RedisServers};
 use redfence::{sql, LockGuard, LockOptions, Redlock};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -71,7 +71,7 @@ fn fenced_add(db: &mut Client, guard: &LockGuard, amount: i64) -> Result<Option<
 }
 
 fn run() -> Result<bool, BoxError> {
-    let lock_servers = RedisCluster::try_start_with(3, Default::default())?;
+    let lock_servers = RedisServers::try_start_with(3, Default::default())?;
     let pg = PostgresServer::try_start()?;
     println!(
         "lock: 3 redis-servers; storage: PostgreSQL at 127.0.0.1:{}",

@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::PrometheusBuilder;
-use redfence::testing::RedisCluster;
+use redfence::testing::RedisServers;
 use redfence::{Error, LockOptions, Redlock};
 
 /// Buckets for the duration histograms, in seconds: from a loopback grant
@@ -46,7 +46,7 @@ fn run() -> Result<(), String> {
     let handle = recorder.handle();
     metrics::set_global_recorder(recorder).map_err(|e| format!("recorder: {e}"))?;
 
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     // Built after the recorder is installed, so the help texts reach it.
     let locks = Redlock::builder(cluster.urls())
         .instance_timeout(Duration::from_millis(50))

@@ -38,7 +38,7 @@ mod bench_support;
 use std::time::Duration;
 
 use bench_support::{env_or, fmt_dur, machine_summary, median_by, ratio, single_thread, Sample};
-use redfence::testing::RedisCluster;
+use redfence::testing::RedisServers;
 use redfence::{Error, LockOptions, Redlock};
 
 fn lock_release(locks: &Redlock, resource: &str) -> Result<(), Error> {
@@ -139,7 +139,7 @@ fn main() {
         }
     );
 
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = Redlock::builder(cluster.urls())
         .build()
         .expect("building the redfence client");

@@ -159,7 +159,10 @@ pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result
                     .members
                     .iter()
                     .filter_map(|m| {
-                        let i = target.members.iter().position(|t| t.resource == m.resource)?;
+                        let i = target
+                            .members
+                            .iter()
+                            .position(|t| t.resource == m.resource)?;
                         Some((&m.keys, tokens.get(i)?.get()))
                     })
                     .collect();

@@ -9,8 +9,8 @@ use redis::{ConnectionAddr, ConnectionInfo};
 use crate::address::sealed::Invalid;
 
 use crate::client::Redlock;
-use crate::cluster::{ClusterPosition, ShardSettings};
 use crate::clock::InstanceClock;
+use crate::cluster::{ClusterPosition, ShardSettings};
 use crate::config::{Config, MAX_FENCE_IDLE, MAX_TTL};
 use crate::connection::{open_client, Manager, TlsSettings, Warmup};
 use crate::instance::{Instance, InstanceConfig};
@@ -352,7 +352,7 @@ impl RedlockBuilder {
                 Checked::Cluster(seeds) => {
                     let settings = ShardSettings {
                         template: seeds[0].clone(),
-                        tls: self.tls.clone(),
+                        tls: crate::connection::copy_tls(&self.tls),
                         connect_timeout: cfg.connect_timeout,
                         timeout: cfg.instance_timeout,
                         queue_capacity: QUEUE_CAPACITY,
@@ -518,6 +518,8 @@ impl RedlockBuilder {
 }
 
 /// A position whose addresses were checked.
+// Built once per position when a client is built: boxing would buy nothing.
+#[allow(clippy::large_enum_variant)]
 enum Checked {
     Standalone(ConnectionInfo),
     /// Its seed nodes, at least one.

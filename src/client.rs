@@ -407,7 +407,10 @@ impl Redlock {
 }
 
 /// Where one server's answer to a ping goes: its row of the report.
-struct Row(usize, crossbeam_channel::Sender<(usize, crate::instance::Replies)>);
+struct Row(
+    usize,
+    crossbeam_channel::Sender<(usize, crate::instance::Replies)>,
+);
 
 impl crate::instance::Collect for Row {
     fn deliver(&self, _position: usize, replies: crate::instance::Replies) {

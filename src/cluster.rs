@@ -29,8 +29,8 @@ use crate::instance::{
     Collect, Instance, InstanceConfig, Redirect, Redirection, Replies, Request, Sink,
 };
 use crate::notify::Shards;
-use crate::split::{Combine, Split};
 use crate::slot::SLOTS;
+use crate::split::{Combine, Split};
 
 /// How often the slot map is read again when nothing asked for it.
 const REFRESH_EVERY: Duration = Duration::from_secs(15);
@@ -206,13 +206,19 @@ impl Router {
                 let detail = match req.slot {
                     Some(slot) => {
                         self.ask_refresh();
-                        format!("no shard master known for slot {slot} (the slot map is being read)")
+                        format!(
+                            "no shard master known for slot {slot} (the slot map is being read)"
+                        )
                     }
                     None => "a request without a slot cannot be routed".to_string(),
                 };
                 req.answer(
                     self.index,
-                    Err(InstanceError::new(&self.name, InstanceErrorKind::Connect, detail)),
+                    Err(InstanceError::new(
+                        &self.name,
+                        InstanceErrorKind::Connect,
+                        detail,
+                    )),
                 );
             }
         }
@@ -278,8 +284,9 @@ impl Router {
 
     fn start_shard(&self, addr: &str, warmup: &Arc<Warmup>) -> std::io::Result<Instance> {
         let s = &self.settings;
-        let info = node_info(&s.template, addr)
-            .ok_or_else(|| std::io::Error::other("the cluster announced an address without a port"))?;
+        let info = node_info(&s.template, addr).ok_or_else(|| {
+            std::io::Error::other("the cluster announced an address without a port")
+        })?;
         let client = open_client(info, &s.tls).map_err(std::io::Error::other)?;
         let name = format!("cluster #{} shard {addr}", self.index);
         // Native commands are not probed on shards: the probe key lives in
@@ -316,7 +323,11 @@ impl Router {
         warmup.report(known);
         let mut last = Instant::now();
         loop {
-            let pause = if known { REFRESH_EVERY } else { FAILED_REFRESH_PAUSE };
+            let pause = if known {
+                REFRESH_EVERY
+            } else {
+                FAILED_REFRESH_PAUSE
+            };
             match rx.recv_timeout(pause) {
                 Ok(()) | Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return,
@@ -661,7 +672,10 @@ fn parse_slots(reply: &Value, asked: Option<&str>) -> Vec<(u16, u16, String)> {
 /// `addr` (`host:port`, IPv6 hosts in brackets).
 fn node_info(template: &ConnectionInfo, addr: &str) -> Option<ConnectionInfo> {
     let (host, port) = addr.rsplit_once(':')?;
-    let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
     let port: u16 = port.parse().ok()?;
     let node = match template.addr() {
         ConnectionAddr::TcpTls {
@@ -740,10 +754,8 @@ mod tests {
 
     #[test]
     fn nodes_keep_the_seeds_settings() {
-        let seed: ConnectionInfo = redis::IntoConnectionInfo::into_connection_info(
-            "redis://user:pw@seed:1/0",
-        )
-        .unwrap();
+        let seed: ConnectionInfo =
+            redis::IntoConnectionInfo::into_connection_info("redis://user:pw@seed:1/0").unwrap();
         let node = node_info(&seed, "[::1]:7002").unwrap();
         assert_eq!(node.addr(), &ConnectionAddr::Tcp("::1".into(), 7002));
         assert_eq!(node.redis_settings().password(), Some("pw"));

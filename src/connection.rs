@@ -24,6 +24,13 @@ pub(crate) type TlsSettings = Option<redis::TlsCertificates>;
 #[cfg(not(feature = "tls-rustls"))]
 pub(crate) type TlsSettings = ();
 
+/// A copy of the TLS settings, for a cluster's shards (nothing to copy
+/// without a TLS feature).
+#[allow(clippy::clone_on_copy)]
+pub(crate) fn copy_tls(tls: &TlsSettings) -> TlsSettings {
+    tls.clone()
+}
+
 /// A client for one instance, the only place where one is made, so worker
 /// and subscriber connections share the TLS set-up.
 pub(crate) fn open_client(info: ConnectionInfo, tls: &TlsSettings) -> RedisResult<redis::Client> {

@@ -19,8 +19,8 @@ use crate::error::{InstanceError, InstanceErrorKind};
 use crate::quorum::{error_reply, unexpected, Vote};
 use crate::scripts;
 use crate::shared::Shared;
-use crate::Error;
 use crate::split::Route;
+use crate::Error;
 
 /// Longest identity accepted, in bytes.
 pub const MAX_IDENTITY_LEN: usize = 128;
@@ -173,7 +173,9 @@ pub(crate) fn read(
     let start = Instant::now();
     let deadline = shared.round_deadline();
     let cmd = scripts::packed(&scripts::HOLDER, &[&keys.lock, &keys.term], &[]);
-    let rx = shared.instances.broadcast(&cmd, &Route::slot(keys.slot), deadline);
+    let rx = shared
+        .instances
+        .broadcast(&cmd, &Route::slot(keys.slot), deadline);
     let n = shared.instances.len();
     let quorum = shared.instances.quorum();
     let names: Vec<&str> = shared.instances.names().collect();

@@ -339,9 +339,10 @@ impl Worker {
         };
         self.health.observe(&results);
         if let Some(router) = self.redirect.as_ref().and_then(Weak::upgrade) {
-            if results.iter().any(|r| {
-                matches!(r, Err(e) if e.kind() != InstanceErrorKind::Server)
-            }) {
+            if results
+                .iter()
+                .any(|r| matches!(r, Err(e) if e.kind() != InstanceErrorKind::Server))
+            {
                 router.unreachable();
             }
         }

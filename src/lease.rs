@@ -205,10 +205,7 @@ pub(crate) fn send_release(
         .filter(|rest| *rest >= Duration::from_millis(1));
     let ttl = st.ttl;
     let pack_for = |target: &Target, sharded: bool| match hold {
-        Some(rest) => (
-            scripts::release_hold(target, &lease.value, ttl, rest),
-            1,
-        ),
+        Some(rest) => (scripts::release_hold(target, &lease.value, ttl, rest), 1),
         None => scripts::release_and_announce(target, &lease.value, ttl, sharded),
     };
     let (cmd, commands) = pack_for(&lease.target, false);
@@ -217,9 +214,12 @@ pub(crate) fn send_release(
         .then(|| native::release(&lease.target, &lease.value, ttl))
         .flatten();
     let split = shared.instances.has_cluster();
-    let route = Route::new(&lease.target, split, |_| Combine::AllYes, |t| {
-        pack_for(t, true)
-    })
+    let route = Route::new(
+        &lease.target,
+        split,
+        |_| Combine::AllYes,
+        |t| pack_for(t, true),
+    )
     .with_cluster_form(|| pack_for(&lease.target, true));
     // A lease past its validity that nobody observed yet is lost, exactly
     // as if the watchdog had got there first.

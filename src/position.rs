@@ -45,7 +45,9 @@ pub struct Position {
     pub(crate) kind: Kind,
 }
 
+// One per position, once per client.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Kind {
     Standalone(Result<ConnectionInfo, Invalid>),
     Cluster(Result<Vec<ConnectionInfo>, Invalid>),
@@ -78,7 +80,9 @@ impl Position {
         let trimmed = text.trim();
         let scheme = trimmed.split_once("://").map(|(s, _)| s);
         match scheme {
-            Some("redis+cluster") | Some("rediss+cluster") | Some("valkey+cluster")
+            Some("redis+cluster")
+            | Some("rediss+cluster")
+            | Some("valkey+cluster")
             | Some("valkeys+cluster") => Position {
                 kind: Kind::Cluster(parse_cluster_url(trimmed)),
             },
@@ -160,12 +164,9 @@ fn parse_cluster_url(text: &str) -> Result<Vec<ConnectionInfo>, Invalid> {
     let mut seeds = vec![url.clone().into_instance()?];
     for (k, addr) in extra.iter().enumerate() {
         let addr = addr.trim().trim_end_matches('/');
-        let (host, port) = addr.rsplit_once(':').ok_or_else(|| {
-            Invalid::Bad(format!(
-                "addr parameter #{} is not host:port",
-                k + 1
-            ))
-        })?;
+        let (host, port) = addr
+            .rsplit_once(':')
+            .ok_or_else(|| Invalid::Bad(format!("addr parameter #{} is not host:port", k + 1)))?;
         let port: u16 = port.parse().ok().filter(|p| *p > 0).ok_or_else(|| {
             Invalid::Bad(format!(
                 "addr parameter #{}: bad port, give a number from 1 to 65535",
@@ -174,9 +175,8 @@ fn parse_cluster_url(text: &str) -> Result<Vec<ConnectionInfo>, Invalid> {
         })?;
         let mut seed = url.clone();
         let host = host.trim_start_matches('[').trim_end_matches(']');
-        seed.set_host(Some(host)).map_err(|_| {
-            Invalid::Bad(format!("addr parameter #{}: bad host name", k + 1))
-        })?;
+        seed.set_host(Some(host))
+            .map_err(|_| Invalid::Bad(format!("addr parameter #{}: bad host name", k + 1)))?;
         seed.set_port(Some(port))
             .map_err(|()| Invalid::Bad(format!("addr parameter #{}: bad port", k + 1)))?;
         seeds.push(seed.into_instance()?);

@@ -172,6 +172,9 @@ impl Instances {
     /// after the caller stopped waiting. `to` picks the instances.
     /// `native`, if given, goes instead of `packed` to the instances whose
     /// connection runs it.
+    // The request's forms (Lua, native, cluster route) and its delivery
+    // (deadline, sink, instances): what a release needs, nothing less.
+    #[allow(clippy::too_many_arguments)]
     pub fn deliver(
         &self,
         packed: &Arc<[u8]>,

@@ -267,8 +267,7 @@ mod tests {
         let err = redis::parse_redis_value(b"-CLUSTERDOWN The cluster is down\r\n")
             .expect("an error reply parses");
         let parts = [part(&[0]), part(&[1])];
-        let combined =
-            Combine::AllYes.apply(&parts, vec![vec![Value::Int(1)], vec![err.clone()]]);
+        let combined = Combine::AllYes.apply(&parts, vec![vec![Value::Int(1)], vec![err.clone()]]);
         assert_eq!(combined.values, [err]);
     }
 }

@@ -7,7 +7,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use redfence::testing::{RedisCluster, ServerOptions};
+use redfence::testing::{RedisServers, ServerOptions};
 use redfence::{acl_rules, Error, InstanceError, InstanceErrorKind, LockOptions, Redlock};
 
 const USER: &str = "redfence";
@@ -15,9 +15,9 @@ const PASSWORD: &str = "acl-pa55word";
 
 /// A cluster whose `redfence` user has the documented rules, changed by
 /// `edit`.
-fn cluster_with_rules(n: usize, edit: impl Fn(Vec<String>) -> Vec<String>) -> RedisCluster {
+fn cluster_with_rules(n: usize, edit: impl Fn(Vec<String>) -> Vec<String>) -> RedisServers {
     let rules = edit(acl_rules("redfence:")).join(" ");
-    RedisCluster::start_with(
+    RedisServers::start_with(
         n,
         ServerOptions {
             acl_users: vec![format!("{USER} on >{PASSWORD} {rules}")],
@@ -35,7 +35,7 @@ fn without(rule: &'static str) -> impl Fn(Vec<String>) -> Vec<String> {
     }
 }
 
-fn client(cluster: &RedisCluster) -> Redlock {
+fn client(cluster: &RedisServers) -> Redlock {
     Redlock::new(cluster.urls_as(USER, PASSWORD)).unwrap()
 }
 
@@ -58,7 +58,7 @@ fn assert_refused(errors: &[InstanceError], words: &str) {
 
 /// ACL refusals a server logged, except for redis-rs's CLIENT SETINFO on
 /// connect (its answer is ignored).
-fn acl_refusals(cluster: &RedisCluster) -> Vec<String> {
+fn acl_refusals(cluster: &RedisServers) -> Vec<String> {
     let mut refusals = Vec::new();
     for server in cluster {
         let log = server.cmd(&["ACL", "LOG"]).unwrap();

@@ -5,7 +5,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{client, fence_key, lock_key};
-use redfence::testing::{Fault, FaultProxy, RedisCluster, RedisServer, ServerOptions};
+use redfence::testing::{Fault, FaultProxy, RedisServer, RedisServers, ServerOptions};
 use redfence::{Error, InstanceErrorKind, LockOptions, Redlock, MAX_RESOURCE_LEN};
 
 fn config_error(result: Result<Redlock, Error>) -> String {
@@ -94,7 +94,7 @@ fn credentials_in_urls_never_appear_in_errors() {
 
 #[test]
 fn bad_resource_names_and_options_are_refused() {
-    let cluster = RedisCluster::start(1);
+    let cluster = RedisServers::start(1);
     let locks = client(&cluster);
     assert!(matches!(locks.lock(""), Err(Error::InvalidResource { .. })));
     let long = "r".repeat(MAX_RESOURCE_LEN + 1);
@@ -132,7 +132,7 @@ fn bad_resource_names_and_options_are_refused() {
 
 #[test]
 fn keys_of_the_wrong_type_are_an_error_not_contention() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = client(&cluster);
     for server in cluster.iter() {
         server
@@ -250,7 +250,7 @@ fn builder_from(urls: Vec<String>) -> Redlock {
 #[test]
 fn unreachable_instances_fail_fast_without_panicking() {
     // Ports nothing listens on: connection refused.
-    let cluster = RedisCluster::start(1);
+    let cluster = RedisServers::start(1);
     let port = cluster.server(0).port();
     drop(cluster);
     let locks = builder_from(vec![format!("redis://127.0.0.1:{port}/")]);
@@ -316,7 +316,7 @@ fn instance_errors(result: Result<redfence::LockGuard, Error>) -> Vec<redfence::
 
 #[test]
 fn a_refused_connection_reads_the_same_in_every_call() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     cluster.server(1).kill();
     cluster.server(2).kill();
     let locks = client(&cluster);
@@ -404,7 +404,7 @@ fn a_client_shows_its_instances_but_never_their_credentials() {
 /// never the lock value (its random part is what proves ownership).
 #[test]
 fn a_guard_shows_its_token_but_never_its_lock_value() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = client(&cluster);
     let guard = locks.lock("shown").unwrap();
     let set = locks.lock_all(&["shown-a", "shown-b"]).unwrap();

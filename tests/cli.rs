@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{client, eventually, holders, lock_key};
 use redfence::crossbeam_channel::{self, Receiver};
-use redfence::testing::{RedisCluster, ServerOptions};
+use redfence::testing::{RedisServers, ServerOptions};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_redfence");
@@ -20,7 +20,7 @@ const RUN_LIMIT: Duration = Duration::from_secs(30);
 
 /// A `redfence` command aimed at the cluster, with none of the caller's
 /// REDFENCE_* settings leaking in.
-fn redfence(cluster: &RedisCluster) -> Command {
+fn redfence(cluster: &RedisServers) -> Command {
     let mut cmd = Command::new(BIN);
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("REDFENCE_") {
@@ -73,11 +73,11 @@ fn stderr(out: &Output) -> String {
 }
 
 /// A `run` of `script` (as `sh -c`) under `resource`, with extra options.
-fn run(cluster: &RedisCluster, options: &[&str], resource: &str, script: &str) -> Output {
+fn run(cluster: &RedisServers, options: &[&str], resource: &str, script: &str) -> Output {
     output(&mut run_cmd(cluster, options, resource, script))
 }
 
-fn run_cmd(cluster: &RedisCluster, options: &[&str], resource: &str, script: &str) -> Command {
+fn run_cmd(cluster: &RedisServers, options: &[&str], resource: &str, script: &str) -> Command {
     let mut cmd = redfence(cluster);
     cmd.arg("run")
         .args(options)
@@ -87,7 +87,7 @@ fn run_cmd(cluster: &RedisCluster, options: &[&str], resource: &str, script: &st
 
 /// No instance holds the resource's lock key. Releases are confirmed by a
 /// quorum; the last instances may apply theirs a moment later.
-fn assert_no_key(cluster: &RedisCluster, resource: &str) {
+fn assert_no_key(cluster: &RedisServers, resource: &str) {
     assert!(
         eventually(Duration::from_secs(2), || holders(cluster, resource) == 0),
         "{} instance(s) still hold the lock key of {resource:?}",
@@ -177,7 +177,7 @@ fn wait_for_line(lines: &Receiver<String>, needle: &str, limit: Duration) -> Str
 
 #[test]
 fn exit_codes_pass_through_and_the_lock_is_released() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     assert_eq!(code(run(&cluster, &[], "codes", "exit 0").status), 0);
     assert_no_key(&cluster, "codes");
     assert_eq!(code(run(&cluster, &[], "codes", "exit 7").status), 7);
@@ -192,7 +192,7 @@ fn exit_codes_pass_through_and_the_lock_is_released() {
 
 #[test]
 fn verbose_progress_and_quiet_silence() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let out = run(&cluster, &["-v", "--ttl", "1s"], "progress", "sleep 1.5");
     assert_eq!(code(out.status), 0, "{}", stderr(&out));
     let err = stderr(&out);
@@ -206,7 +206,7 @@ fn verbose_progress_and_quiet_silence() {
 
 #[test]
 fn a_command_that_cannot_run_gives_127_or_126_and_releases() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let scratch = Scratch::new("exec");
     let out = output(redfence(&cluster).args(["run", "nocmd", "--", "/nonexistent/redfence-cmd"]));
     assert_eq!(code(out.status), 127, "{}", stderr(&out));
@@ -222,7 +222,7 @@ fn a_command_that_cannot_run_gives_127_or_126_and_releases() {
 
 #[test]
 fn concurrent_runs_never_overlap_and_tokens_increase() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let scratch = Scratch::new("overlap");
     let log = scratch.path("log");
     let script = format!(
@@ -265,7 +265,7 @@ fn concurrent_runs_never_overlap_and_tokens_increase() {
 
 #[test]
 fn token_and_resource_reach_the_command_and_tokens_increase_run_to_run() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let mut last = 0u64;
     for _ in 0..3 {
         let out = run(
@@ -286,7 +286,7 @@ fn token_and_resource_reach_the_command_and_tokens_increase_run_to_run() {
 
 #[test]
 fn a_held_lock_gives_the_conflict_code_and_the_command_does_not_run() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let scratch = Scratch::new("conflict");
     let marker = scratch.path("ran");
     let script = format!("touch {marker}");
@@ -342,7 +342,7 @@ fn a_held_lock_gives_the_conflict_code_and_the_command_does_not_run() {
 /// Starts a `run` whose command traps TERM with `on_term`, and returns it
 /// once the command runs, with the command's shell pid.
 fn start_trapping(
-    cluster: &RedisCluster,
+    cluster: &RedisServers,
     scratch: &Scratch,
     options: &[&str],
     on_term: &str,
@@ -367,7 +367,7 @@ fn start_trapping(
 
 #[test]
 fn a_lost_lease_kills_a_command_that_ignores_term_before_the_validity_ends() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let scratch = Scratch::new("lost");
     let trapped = scratch.path("trapped");
     let ttl = Duration::from_secs(4);
@@ -396,7 +396,7 @@ fn a_lost_lease_kills_a_command_that_ignores_term_before_the_validity_ends() {
 
 #[test]
 fn a_lost_lease_is_never_exit_0_even_if_the_command_exits_0() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let scratch = Scratch::new("lost0");
     let (child, _pid) = start_trapping(&cluster, &scratch, &["--ttl", "3s"], "exit 0");
     cluster.stop(&[2, 3, 4]);
@@ -419,7 +419,7 @@ fn a_lost_lease_is_never_exit_0_even_if_the_command_exits_0() {
 
 #[test]
 fn term_sent_to_run_reaches_the_command_and_the_lock_is_released_after() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let scratch = Scratch::new("term");
     let got = scratch.path("got");
     let (child, pid) = start_trapping(
@@ -438,7 +438,7 @@ fn term_sent_to_run_reaches_the_command_and_the_lock_is_released_after() {
 
 #[test]
 fn term_or_int_while_waiting_ends_the_wait_at_once_without_leaving_a_key() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let scratch = Scratch::new("wait");
     let locks = client(&cluster);
     let held = locks.lock("queue").expect("test holds the lock");
@@ -471,7 +471,7 @@ fn term_or_int_while_waiting_ends_the_wait_at_once_without_leaving_a_key() {
 
 #[test]
 fn bad_urls_give_78_and_say_what_is_wrong_without_credentials() {
-    let cluster = RedisCluster::start(1);
+    let cluster = RedisServers::start(1);
     let cases = [
         ("redis://admin:hunter2secret@127.0.0.1:notaport", "bad port"),
         ("redis://admin:hunter2secret@127.0.0.1:99999", "bad port"),
@@ -510,7 +510,7 @@ fn ping_line(text: &str, server: &redfence::testing::RedisServer) -> String {
 
 #[test]
 fn no_quorum_gives_69_and_names_the_instances() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     cluster.server(1).kill();
     cluster.server(2).kill();
     let out = run(&cluster, &["-w", "300ms"], "r", "exit 0");
@@ -539,7 +539,7 @@ fn no_quorum_gives_69_and_names_the_instances() {
 
 #[test]
 fn bad_arguments_give_64_and_help_gives_0() {
-    let cluster = RedisCluster::start(1);
+    let cluster = RedisServers::start(1);
     let cases: &[&[&str]] = &[
         &["run", "r"],                                              // no command
         &["run", "-w", "soon", "r", "--", "true"],                  // bad duration
@@ -568,7 +568,7 @@ fn bad_arguments_give_64_and_help_gives_0() {
 
 #[test]
 fn status_and_ping_show_each_instance() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let scratch = Scratch::new("status");
     let script = format!(
         "echo $REDFENCE_TOKEN > {token}; while [ ! -e {go} ]; do sleep 0.05; done",
@@ -665,7 +665,7 @@ fn status_and_ping_show_each_instance() {
 
 #[test]
 fn servers_come_from_redfence_servers_or_its_alias_redfence_urls() {
-    let cluster = RedisCluster::start(1);
+    let cluster = RedisServers::start(1);
     let urls = cluster.urls().join(",");
     let closed = "redis://127.0.0.1:1";
     let ping = |env: &[(&str, &str)], args: &[&str]| {
@@ -721,7 +721,7 @@ fn servers_come_from_redfence_servers_or_its_alias_redfence_urls() {
 
 #[test]
 fn help_lists_the_exit_codes() {
-    let cluster = RedisCluster::start(1);
+    let cluster = RedisServers::start(1);
     for flag in ["--help", "-h"] {
         let out = output(redfence(&cluster).args(["run", flag]));
         assert_eq!(code(out.status), 0);
@@ -757,7 +757,7 @@ fn help_lists_the_exit_codes() {
 
 #[test]
 fn an_even_instance_count_names_the_flag_that_allows_it() {
-    let cluster = RedisCluster::start(2);
+    let cluster = RedisServers::start(2);
     let out = run(&cluster, &[], "even", "exit 0");
     assert_eq!(code(out.status), 78, "{}", stderr(&out));
     let err = stderr(&out);
@@ -781,8 +781,8 @@ fn an_even_instance_count_names_the_flag_that_allows_it() {
 
 /// A 3-server TLS cluster that requires client certificates, and its test
 /// PKI's files: `ca.crt`, `client.crt`, `client.key`.
-fn mtls_cluster(name: &str) -> (RedisCluster, Scratch) {
-    let cluster = RedisCluster::start_with(
+fn mtls_cluster(name: &str) -> (RedisServers, Scratch) {
+    let cluster = RedisServers::start_with(
         3,
         ServerOptions {
             tls: true,
@@ -848,7 +848,7 @@ fn run_status_and_ping_reach_tls_servers_that_require_a_client_certificate() {
 /// every instance reports one. A handshake slowed past its time limit on a
 /// loaded machine reads as a timeout instead: such a run is tried again, a
 /// few times at most.
-fn assert_tls_advice(cluster: &RedisCluster, flags: &[&str], advice: &str) {
+fn assert_tls_advice(cluster: &RedisServers, flags: &[&str], advice: &str) {
     const TRIES: usize = 5;
     let check_tls = |what: &str, text: &str| {
         assert!(text.contains(advice), "{what}: {text}");
@@ -961,7 +961,7 @@ fn tls_failures_give_advice_in_flag_terms() {
         }
     }
     // TLS files for plain redis:// instances.
-    let plain = RedisCluster::start(1);
+    let plain = RedisServers::start(1);
     let out = output(redfence(&plain).args(["--tls-ca-file", &ca, "ping"]));
     assert_eq!(code(out.status), 78, "{}", stderr(&out));
     assert!(stderr(&out).contains("rediss://"), "{}", stderr(&out));

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{eventually, fence_key, holders, lock_key};
-use redfence::testing::RedisCluster;
+use redfence::testing::RedisServers;
 
 const BIN: &str = env!("CARGO_BIN_EXE_redfence");
 /// Upper bound for any single `redfence` run in these tests.
@@ -22,7 +22,7 @@ const RUN_LIMIT: Duration = Duration::from_secs(30);
 
 /// A `redfence` command aimed at the cluster, with none of the caller's
 /// REDFENCE_* settings leaking in.
-fn redfence(cluster: &RedisCluster) -> Command {
+fn redfence(cluster: &RedisServers) -> Command {
     let mut cmd = Command::new(BIN);
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("REDFENCE_") {
@@ -70,7 +70,7 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-fn run_cmd(cluster: &RedisCluster, options: &[&str], resource: &str, script: &str) -> Command {
+fn run_cmd(cluster: &RedisServers, options: &[&str], resource: &str, script: &str) -> Command {
     let mut cmd = redfence(cluster);
     cmd.arg("run")
         .args(options)
@@ -153,7 +153,7 @@ impl Drop for Reap {
 /// conflict code.
 #[test]
 fn a_foreign_value_on_redfences_keys_or_a_bad_prefix_exits_78() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let scratch = Scratch::new("foreign");
     let script = format!("touch {}", scratch.path("ran"));
 
@@ -223,7 +223,7 @@ fn a_foreign_value_on_redfences_keys_or_a_bad_prefix_exits_78() {
 /// ended within `--kill-after`.
 #[test]
 fn a_lost_lease_kills_what_the_command_left_running_in_its_group() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let scratch = Scratch::new("group");
     let pid_file = scratch.path("grandchild");
     // The subshell ignores TERM and execs sleep, which keeps the ignored

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{eventually, lock_key};
-use redfence::testing::RedisCluster;
+use redfence::testing::RedisServers;
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_redfence");
@@ -18,7 +18,7 @@ const RUN_LIMIT: Duration = Duration::from_secs(30);
 
 /// A `redfence` command aimed at the cluster, with none of the caller's
 /// REDFENCE_* settings leaking in.
-fn redfence(cluster: &RedisCluster) -> Command {
+fn redfence(cluster: &RedisServers) -> Command {
     let mut cmd = Command::new(BIN);
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("REDFENCE_") {
@@ -64,7 +64,7 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-fn run_cmd(cluster: &RedisCluster, options: &[&str], resource: &str, script: &str) -> Command {
+fn run_cmd(cluster: &RedisServers, options: &[&str], resource: &str, script: &str) -> Command {
     let mut cmd = redfence(cluster);
     cmd.arg("run")
         .args(options)
@@ -100,7 +100,7 @@ impl Drop for Scratch {
 
 #[test]
 fn status_and_conflicts_show_the_identity_never_the_secret() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let scratch = Scratch::new("identity");
     let script = format!(
         "touch {started}; while [ ! -e {go} ]; do sleep 0.05; done",
@@ -160,7 +160,7 @@ fn status_and_conflicts_show_the_identity_never_the_secret() {
 
 #[test]
 fn a_bad_identity_gives_78() {
-    let cluster = RedisCluster::start(1);
+    let cluster = RedisServers::start(1);
     for bad in ["", "new\nline", &"x".repeat(129)] {
         let out = output(&mut run_cmd(&cluster, &["--identity", bad], "r", "true"));
         assert_eq!(code(&out), 78, "{bad:?}: {}", stderr(&out));
@@ -173,7 +173,7 @@ fn a_bad_identity_gives_78() {
 /// the first one is done, so the job runs exactly once.
 #[test]
 fn five_runs_started_apart_with_a_hold_run_the_command_once() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let scratch = Scratch::new("once");
     let script = format!("echo ran >> {}", scratch.path("runs"));
     let mut children = Vec::new();
@@ -199,7 +199,7 @@ fn five_runs_started_apart_with_a_hold_run_the_command_once() {
 
 #[test]
 fn hold_at_least_is_read_from_the_environment() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let started = Instant::now();
     let out =
         output(run_cmd(&cluster, &[], "env-hold", "true").env("REDFENCE_HOLD_AT_LEAST", "2s"));

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::{builder, eventually, holders, lock_key};
 use redfence::crossbeam_channel::{self, Receiver};
-use redfence::testing::{Fault, FaultProxy, RedisCluster, RedisServer, ServerOptions};
+use redfence::testing::{Fault, FaultProxy, RedisServer, RedisServers, ServerOptions};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_redfence");
@@ -37,7 +37,7 @@ fn redfence_at(urls: &[String]) -> Command {
     cmd
 }
 
-fn redfence(cluster: &RedisCluster) -> Command {
+fn redfence(cluster: &RedisServers) -> Command {
     redfence_at(&cluster.urls())
 }
 
@@ -78,7 +78,7 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-fn run_cmd(cluster: &RedisCluster, options: &[&str], resource: &str, script: &str) -> Command {
+fn run_cmd(cluster: &RedisServers, options: &[&str], resource: &str, script: &str) -> Command {
     let mut cmd = redfence(cluster);
     cmd.arg("run")
         .args(options)
@@ -86,7 +86,7 @@ fn run_cmd(cluster: &RedisCluster, options: &[&str], resource: &str, script: &st
     cmd
 }
 
-fn run(cluster: &RedisCluster, options: &[&str], resource: &str, script: &str) -> Output {
+fn run(cluster: &RedisServers, options: &[&str], resource: &str, script: &str) -> Output {
     output(&mut run_cmd(cluster, options, resource, script))
 }
 
@@ -212,7 +212,7 @@ fn wait_for_line(lines: &Receiver<String>, needle: &str, limit: Duration) -> Str
 /// (Mutant: the group flag inverted, signals sent to the command alone.)
 #[test]
 fn a_forwarded_signal_reaches_what_the_command_started_in_the_background() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let scratch = Scratch::new("group");
     // The background process lets go of redfence's stdout and stderr, so a
     // survivor cannot keep the test waiting for their end.
@@ -246,7 +246,7 @@ fn a_forwarded_signal_reaches_what_the_command_started_in_the_background() {
 /// inverted: every signal taken for a terminal's, and not forwarded.)
 #[test]
 fn with_foreground_a_signal_sent_by_a_process_is_forwarded_to_the_command() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let scratch = Scratch::new("foreground");
     let script = format!(
         "trap 'echo term > {got}; exit 3' TERM; echo $$ > {pid}; while :; do sleep 0.05; done",
@@ -307,7 +307,7 @@ fn with_foreground_a_ctrl_c_from_the_terminal_is_not_forwarded_again() {
     use std::os::unix::fs::OpenOptionsExt;
     use std::os::unix::process::CommandExt;
 
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let scratch = Scratch::new("tty");
     let (mut master, slave_path) = open_pty();
     let slave = std::fs::OpenOptions::new()
@@ -370,7 +370,7 @@ fn with_foreground_a_ctrl_c_from_the_terminal_is_not_forwarded_again() {
 /// (Mutants: `stops_wait` always true; `signals::name` empty or constant.)
 #[test]
 fn usr1_while_waiting_does_not_end_the_wait_and_term_is_named_when_it_does() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let scratch = Scratch::new("usr1");
     // The test's own client, patient with a slow machine.
     let locks = builder(&cluster)
@@ -415,7 +415,7 @@ fn usr1_while_waiting_does_not_end_the_wait_and_term_is_named_when_it_does() {
 /// `status`. (Mutant: the library's invalid-resource error mapped to 69.)
 #[test]
 fn an_empty_resource_name_gives_64() {
-    let cluster = RedisCluster::start(1);
+    let cluster = RedisServers::start(1);
     let out = output(redfence(&cluster).args(["run", "", "--", "true"]));
     assert_eq!(code(out.status), 64, "{}", stderr(&out));
     assert!(stderr(&out).contains("empty"), "{}", stderr(&out));
@@ -429,7 +429,7 @@ fn an_empty_resource_name_gives_64() {
 /// wait slice, both of which underflow and panic.)
 #[test]
 fn kill_after_zero_and_a_long_instance_timeout_are_accepted() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     for options in [
         &["-k", "0"][..],
         &["--instance-timeout", "500ms"],
@@ -448,7 +448,7 @@ fn kill_after_zero_and_a_long_instance_timeout_are_accepted() {
 /// shrinks.)
 #[test]
 fn a_plain_run_is_silent_and_no_extension_is_reported_before_one_happens() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     // A generous instance timeout, so that a slow machine does not make
     // the release unconfirmed (a warning).
     let out = run(&cluster, &["--instance-timeout", "2s"], "quiet", "exit 0");
@@ -471,7 +471,7 @@ fn a_plain_run_is_silent_and_no_extension_is_reported_before_one_happens() {
 /// silent, or printing only with `-q`.)
 #[test]
 fn a_loss_is_announced_as_a_warning_unless_quiet() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let scratch = Scratch::new("warn");
     let mut children = Vec::new();
     for (name, quiet) in [("loud", false), ("quiet", true)] {
@@ -555,7 +555,7 @@ fn ping_reports_the_round_trip_in_milliseconds() {
 /// (Mutant: PTTL -1 read as a TTL of 1 ms.)
 #[test]
 fn status_shows_a_lock_key_without_expiry() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     for server in &cluster {
         server
             .cmd(&["SET", &lock_key("forever"), "abcdefghij"])
@@ -592,7 +592,7 @@ fn status_shows_a_lock_key_without_expiry() {
 /// (Mutants: `describe` empty or constant, and its kind tests.)
 #[test]
 fn status_names_the_kind_of_each_instance_error() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let secured = RedisServer::start_with(ServerOptions {
         password: Some("s3cret".to_string()),
         ..ServerOptions::default()

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use common::eventually;
 use faults_common::{fence_key, lock_key, lock_values};
 use postgres::{Client, NoTls};
-use redfence::testing::{PostgresServer, RedisCluster, RedisServer, ServerOptions};
+use redfence::testing::{PostgresServer, RedisServer, RedisServers, ServerOptions};
 use redfence::{fenced_set, sql, Error, FencingToken, LockOptions, LossReason, Redlock};
 
 /// Set (to anything) to make a missing libfaketime or an unsuitable server
@@ -49,12 +49,12 @@ fn serial() -> MutexGuard<'static, ()> {
 
 /// `n` servers whose clocks the test can step, or `None` (the test is
 /// skipped, saying why) where that cannot be had.
-fn fake_clock_cluster(n: usize) -> Option<RedisCluster> {
+fn fake_clock_cluster(n: usize) -> Option<RedisServers> {
     let options = ServerOptions {
         fake_clock: true,
         ..Default::default()
     };
-    match RedisCluster::try_start_with(n, options) {
+    match RedisServers::try_start_with(n, options) {
         Ok(cluster) => {
             eprintln!(
                 "clock faults on {} under libfaketime",
@@ -80,7 +80,7 @@ fn fake_clock_cluster(n: usize) -> Option<RedisCluster> {
 
 /// A client whose instance timeout leaves room for a loaded two-core
 /// machine (the faults here are clocks, not slowness).
-fn client(cluster: &RedisCluster) -> Redlock {
+fn client(cluster: &RedisServers) -> Redlock {
     Redlock::builder(cluster.urls())
         .instance_timeout(Duration::from_millis(250))
         .retry_delay(Duration::from_millis(20))
@@ -97,13 +97,13 @@ fn fixed(ttl: Duration) -> LockOptions {
         .wait(Duration::from_secs(5))
 }
 
-fn jump_forward(cluster: &RedisCluster, indices: &[usize], by: Duration) {
+fn jump_forward(cluster: &RedisServers, indices: &[usize], by: Duration) {
     for &i in indices {
         cluster.server(i).jump_clock_forward(by);
     }
 }
 
-fn jump_back(cluster: &RedisCluster, indices: &[usize], by: Duration) {
+fn jump_back(cluster: &RedisServers, indices: &[usize], by: Duration) {
     for &i in indices {
         cluster.server(i).jump_clock_back(by);
     }
@@ -111,7 +111,7 @@ fn jump_back(cluster: &RedisCluster, indices: &[usize], by: Duration) {
 
 /// Waits until every server holds the resource's lock with one value: the
 /// grant is complete everywhere, nothing of it is still in flight.
-fn settle(cluster: &RedisCluster, resource: &str) {
+fn settle(cluster: &RedisServers, resource: &str) {
     assert!(
         eventually(Duration::from_secs(3), || {
             let values = lock_values(cluster, resource);

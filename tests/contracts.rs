@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use common::{builder, eventually, holders, lock_key, subscribers};
 use faults_common::{fence_key, Proxied};
-use redfence::testing::{Fault, RedisCluster, RedisServer};
+use redfence::testing::{Fault, RedisServer, RedisServers};
 use redfence::{Error, LockOptions, LossReason, Redlock};
 
 /// Waits until every instance answers through the client's own workers,
@@ -248,7 +248,7 @@ fn a_set_whose_other_member_is_taken_before_the_raise_round_is_not_granted() {
 /// lease is guaranteed for 1 s, while its keys live on the instances for
 /// 4 s. Between the two, the validity has run out and the keys are still
 /// there to delete.
-fn quarter_validity_client(cluster: &RedisCluster) -> Redlock {
+fn quarter_validity_client(cluster: &RedisServers) -> Redlock {
     let locks = builder(cluster)
         .instance_timeout(Duration::from_millis(300))
         .clock_drift(0.75, Duration::ZERO)
@@ -264,7 +264,7 @@ const STALE_TTL: Duration = Duration::from_secs(4);
 /// it is zero, then checks the keys are still on every instance with well
 /// over a second to live: the release that follows finds them there.
 fn wait_validity_out_keys_in_place(
-    cluster: &RedisCluster,
+    cluster: &RedisServers,
     validity: impl Fn() -> Duration,
     resources: &[&str],
 ) {
@@ -297,7 +297,7 @@ fn wait_validity_out_keys_in_place(
 /// the quorum count).
 #[test]
 fn releasing_after_the_validity_ran_out_is_lost_even_with_the_keys_in_place() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = quarter_validity_client(&cluster);
     let opts = LockOptions::new().ttl(STALE_TTL).auto_extend(false);
 
@@ -444,7 +444,7 @@ const TURN_BOUND: Duration = Duration::from_millis(100);
 /// during the last attempt of a call whose wait budget then ends.
 #[test]
 fn waiters_of_one_client_each_get_their_turn_promptly() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let holder = builder(&cluster)
         .instance_timeout(Duration::from_millis(300))
         .build()
@@ -530,7 +530,7 @@ fn waiters_of_one_client_each_get_their_turn_promptly() {
 /// without their expiry.
 #[test]
 fn a_sets_fencing_counters_expire_after_the_idle_time() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let idle = Duration::from_secs(90);
     let locks = builder(&cluster)
         .instance_timeout(Duration::from_millis(300))
@@ -596,7 +596,7 @@ fn a_sets_fencing_counters_expire_after_the_idle_time() {
 /// Bug seen to fail it: the prefix check left out of `build()`.
 #[test]
 fn a_key_prefix_with_a_brace_is_refused_by_the_builder() {
-    let cluster = RedisCluster::start(1);
+    let cluster = RedisServers::start(1);
     for prefix in ["app{", "app}", "}", "{", "a{b}:", "x}y{"] {
         match builder(&cluster).key_prefix(prefix).build() {
             Err(Error::InvalidConfig { reason }) => assert!(
@@ -649,7 +649,7 @@ fn thread_sleeps(name: &str) -> bool {
 /// it (no hand-on to the next in line).
 #[test]
 fn a_release_a_set_cannot_use_goes_to_the_next_waiter() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let holder = builder(&cluster)
         .instance_timeout(Duration::from_millis(300))
         .build()
@@ -737,7 +737,7 @@ fn a_release_a_set_cannot_use_goes_to_the_next_waiter() {
 /// ×1000) instead of milliseconds.
 #[test]
 fn an_extension_sets_the_ttl_in_milliseconds_on_every_instance() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = builder(&cluster)
         .instance_timeout(Duration::from_millis(300))
         .build()
@@ -905,7 +905,7 @@ fn a_lock_held_by_a_majority_is_contended_though_the_rest_failed() {
 /// two of three instances, the third free, names nobody.
 #[test]
 fn two_holders_of_one_instance_each_name_nobody() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = builder(&cluster).build().unwrap();
     warm(&locks);
     hold_as(cluster.server(0), "split", "alice");
@@ -959,7 +959,7 @@ fn no_attempt_starts_that_cannot_end_within_the_wait() {
 /// retry pause (250 ms) each.
 #[test]
 fn locking_a_free_resource_waits_for_nothing() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = builder(&cluster).build().unwrap();
     warm(&locks);
     let start = Instant::now();
@@ -977,7 +977,7 @@ fn locking_a_free_resource_waits_for_nothing() {
 /// stream of them.
 #[test]
 fn a_waiting_call_does_not_hammer_the_instances() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let holder = builder(&cluster).build().unwrap();
     let waiter = builder(&cluster).build().unwrap();
     warm(&holder);
@@ -998,7 +998,7 @@ fn a_waiting_call_does_not_hammer_the_instances() {
 /// valid: the release finds them gone and says so, with `NotHeld`.
 #[test]
 fn a_release_that_finds_a_majority_of_keys_gone_reports_the_lease_lost() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = builder(&cluster).build().unwrap();
     warm(&locks);
     let guard = locks
@@ -1023,7 +1023,7 @@ fn a_release_that_finds_a_majority_of_keys_gone_reports_the_lease_lost() {
 /// the guard promises no time at all.
 #[test]
 fn validity_is_zero_once_the_lease_is_lost() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = builder(&cluster).build().unwrap();
     warm(&locks);
     let guard = locks
@@ -1048,7 +1048,7 @@ fn validity_is_zero_once_the_lease_is_lost() {
 /// still hold it, so nobody can say the lease was lost.
 #[test]
 fn a_release_that_cannot_tell_is_unavailable_not_lost() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = builder(&cluster)
         .instance_timeout(Duration::from_millis(300))
         .build()
@@ -1076,7 +1076,7 @@ fn a_release_that_cannot_tell_is_unavailable_not_lost() {
 /// validity the lease had stands.
 #[test]
 fn an_extension_that_cannot_tell_is_unavailable_not_lost() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = builder(&cluster)
         .instance_timeout(Duration::from_millis(300))
         .build()
@@ -1106,7 +1106,7 @@ fn an_extension_that_cannot_tell_is_unavailable_not_lost() {
 /// the scripts' call counts stay put.
 #[test]
 fn a_delivered_release_is_not_sent_again() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = builder(&cluster).build().unwrap();
     warm(&locks);
     let scripts = |i: usize| {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::{eventually, subscribers};
 use faults_common::Proxied;
 use redfence::crossbeam_channel::{self, RecvTimeoutError};
-use redfence::testing::{Fault, RedisCluster, RedisServer};
+use redfence::testing::{Fault, RedisServer, RedisServers};
 use redfence::{Error, LeaderEvent, Redlock};
 
 /// Set in a child process: the identity it campaigns under.
@@ -93,7 +93,7 @@ impl Drop for Children {
     }
 }
 
-fn spawn_child(identity: &str, cluster: &RedisCluster, store: &RedisServer) -> Child {
+fn spawn_child(identity: &str, cluster: &RedisServers, store: &RedisServer) -> Child {
     Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -149,7 +149,7 @@ fn check_log(store: &RedisServer) -> Vec<(u64, String)> {
 
 #[test]
 fn three_processes_one_leader_at_a_time_and_a_stopped_leader_is_replaced() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let store = RedisServer::start();
     let mut children = Children(Vec::new());
     for id in ["node-a", "node-b", "node-c"] {
@@ -205,7 +205,7 @@ fn three_processes_one_leader_at_a_time_and_a_stopped_leader_is_replaced() {
 
 #[test]
 fn resign_hands_over_at_once_woken_by_the_release() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     // A long retry pause: a handover by polling would show.
     let client = |id: &str| {
         Redlock::builder(cluster.urls())
@@ -259,7 +259,7 @@ fn resign_hands_over_at_once_woken_by_the_release() {
 
 #[test]
 fn observers_see_every_leader_with_identity_and_term() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let client = |id: &str| {
         Redlock::builder(cluster.urls())
             .identity(id)
@@ -351,7 +351,7 @@ fn a_leader_cut_off_from_a_majority_knows_before_its_lease_ends() {
 
 #[test]
 fn election_names_are_validated_and_campaign_for_times_out_as_contended() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = Redlock::new(cluster.urls()).unwrap();
     assert!(matches!(
         locks.election(""),
@@ -383,7 +383,7 @@ fn election_names_are_validated_and_campaign_for_times_out_as_contended() {
 /// fires, and returns the closure's error (resigning first).
 #[test]
 fn run_leads_only_after_winning_stops_on_stop_and_returns_errors() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let client = |id: &str| {
         Redlock::builder(cluster.urls())
             .identity(id)
@@ -438,7 +438,7 @@ fn run_leads_only_after_winning_stops_on_stop_and_returns_errors() {
 /// not a campaign that never ends.
 #[test]
 fn a_campaign_on_a_foreign_key_returns_the_error() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = Redlock::new(cluster.urls()).unwrap();
     for server in cluster.iter() {
         server
@@ -479,7 +479,7 @@ fn a_campaign_on_a_foreign_key_returns_the_error() {
 /// joins its observer threads.
 #[test]
 fn a_leadership_describes_itself_and_a_new_term_is_reported() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = Redlock::builder(cluster.urls())
         .identity("node-a")
         .build()

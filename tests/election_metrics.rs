@@ -6,7 +6,7 @@
 mod common;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use redfence::testing::RedisCluster;
+use redfence::testing::RedisServers;
 
 /// Series of `name` for election `election` since the last look: the
 /// recorder resets counters and gauges when read.
@@ -43,7 +43,7 @@ fn leader_gauge_and_changes_are_recorded() {
     recorder
         .install()
         .expect("no other recorder in this binary");
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = common::client(&cluster);
     let election = locks.election("metered").unwrap();
 

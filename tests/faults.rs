@@ -23,7 +23,7 @@ use faults_common::{
     all_lock_keys, fence_key, lock_key, lock_values, read_stdin_line, report, report_field,
     store_connection, urls_from_env, ChildTest, Proxied, SharedCounter,
 };
-use redfence::testing::{Fault, FencedStore, RedisCluster, RedisServer, ServerOptions};
+use redfence::testing::{Fault, FencedStore, RedisServer, RedisServers, ServerOptions};
 use redfence::{Error, InstanceErrorKind, LockOptions, Redlock};
 
 const CHILD_ROLE: &str = "REDFENCE_FAULTS_CHILD";
@@ -59,7 +59,7 @@ fn child_urls() -> Vec<String> {
 
 /// Whether every server holds the resource's lock key, all with one value
 /// (one grant, applied everywhere).
-fn all_hold_one_value(cluster: &RedisCluster, resource: &str) -> bool {
+fn all_hold_one_value(cluster: &RedisServers, resource: &str) -> bool {
     let values = lock_values(cluster, resource);
     values[0].is_some() && values.iter().all(|v| *v == values[0])
 }
@@ -80,7 +80,7 @@ fn steady_client(urls: Vec<String>) -> Redlock {
 /// The lock key's value on each server once a grant has settled: a quorum
 /// holds one value, and the others got the request in time (or never will:
 /// a request not sent by its deadline is dropped).
-fn settled_values(cluster: &RedisCluster, resource: &str) -> Vec<Option<String>> {
+fn settled_values(cluster: &RedisServers, resource: &str) -> Vec<Option<String>> {
     let _ = eventually(Duration::from_secs(1), || {
         all_hold_one_value(cluster, resource)
     });
@@ -186,7 +186,7 @@ fn child_contender() {
 #[test]
 fn threads_and_processes_keep_one_holder_and_lose_no_update() {
     let _turn = alongside_restarts();
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let storage = RedisServer::start();
     let urls = cluster.urls();
     const CHILD_ROUNDS_N: usize = 10;
@@ -288,7 +288,7 @@ fn threads_and_processes_keep_one_holder_and_lose_no_update() {
 #[test]
 fn a_thread_stalled_past_its_validity_is_fenced_off() {
     let _turn = alongside_restarts();
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let storage = RedisServer::start();
     let mut redis_store = storage.connection();
     let memory_store = FencedStore::new();
@@ -382,7 +382,7 @@ fn child_stalled_holder() {
 #[test]
 fn a_sigstopped_process_is_fenced_off() {
     let _turn = alongside_restarts();
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let storage = RedisServer::start();
     let mut child = ChildTest::spawn(
         "child_stalled_holder",
@@ -674,7 +674,7 @@ fn a_black_holed_majority_is_unavailable_and_leaves_nothing() {
 #[test]
 fn a_stopped_majority_is_unavailable_and_leaves_nothing_after_cont() {
     let _turn = alongside_restarts();
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = Redlock::new(cluster.urls()).unwrap();
     release_not_lost(locks.lock("warm-up").unwrap());
     cluster.stop(&[1, 2, 3]);
@@ -717,7 +717,7 @@ fn a_stopped_majority_is_unavailable_and_leaves_nothing_after_cont() {
 #[test]
 fn characterisation_immediate_restart_without_persistence_allows_two_holders() {
     let _turn = restarts_alone();
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let a_client = steady_client(cluster.urls());
     let b_client = steady_client(cluster.urls());
     let store = FencedStore::new();
@@ -763,7 +763,7 @@ fn characterisation_immediate_restart_without_persistence_allows_two_holders() {
 #[test]
 fn a_restart_delayed_past_the_ttl_keeps_holders_apart() {
     let _turn = restarts_alone();
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let a_client = steady_client(cluster.urls());
     let b_client = Redlock::builder(cluster.urls())
         .instance_timeout(STEADY)
@@ -801,7 +801,7 @@ fn a_restart_delayed_past_the_ttl_keeps_holders_apart() {
 #[test]
 fn a_restart_with_fsync_always_keeps_locks_and_counters() {
     let _turn = restarts_alone();
-    let cluster = RedisCluster::start_with(
+    let cluster = RedisServers::start_with(
         5,
         ServerOptions {
             aof_fsync_always: true,
@@ -850,7 +850,7 @@ fn a_restart_with_fsync_always_keeps_locks_and_counters() {
 #[test]
 fn release_right_after_instances_restarted_is_confirmed() {
     let _turn = restarts_alone();
-    let cluster = RedisCluster::start_with(
+    let cluster = RedisServers::start_with(
         5,
         ServerOptions {
             aof_fsync_always: true,

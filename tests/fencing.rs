@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::{builder, client, eventually, fence_key, lock_key};
-use redfence::testing::RedisCluster;
+use redfence::testing::RedisServers;
 use redfence::LockOptions;
 
 /// The machine's clock in microseconds: the instances here share it.
@@ -32,7 +32,7 @@ fn token_of(locks: &redfence::Redlock, resource: &str) -> u64 {
 
 #[test]
 fn tokens_increase_with_each_grant() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = client(&cluster);
     let tokens: Vec<u64> = (0..20).map(|_| token_of(&locks, "seq")).collect();
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
@@ -67,7 +67,7 @@ fn tokens_increase_with_each_grant() {
 /// would need one (the instances' clocks differ by microseconds).
 #[test]
 fn new_resources_mostly_skip_the_raise_round() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     // No attempt times out on a busy machine: each sends exactly one
     // acquire and one release to every instance.
     let locks = builder(&cluster)
@@ -100,7 +100,7 @@ fn new_resources_mostly_skip_the_raise_round() {
 
 #[test]
 fn diverged_counters_still_give_increasing_tokens() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = client(&cluster);
     let key = fence_key("diverged");
     // Each round, one instance's counter is far ahead of the others and is
@@ -126,7 +126,7 @@ fn diverged_counters_still_give_increasing_tokens() {
 
 #[test]
 fn a_raise_round_lifts_the_lagging_counters() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = client(&cluster);
     let key = fence_key("raise");
     // Two of three agree, one is ahead: any quorum of two that includes the
@@ -156,7 +156,7 @@ fn a_raise_round_lifts_the_lagging_counters() {
 /// instance's clock, so such a counter cannot repeat a token.
 #[test]
 fn a_counter_that_comes_back_older_does_not_repeat_tokens() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = client(&cluster);
     let first = token_of(&locks, "rolled-back");
     let second = token_of(&locks, "rolled-back");
@@ -216,7 +216,7 @@ fn a_raise_landing_on_a_lost_counter_seeds_it_from_the_clock() {
 
 #[test]
 fn data_loss_on_every_instance_keeps_tokens_increasing() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = client(&cluster);
     let t1 = token_of(&locks, "lossy");
     let t2 = token_of(&locks, "lossy");
@@ -232,7 +232,7 @@ fn data_loss_on_every_instance_keeps_tokens_increasing() {
 
 #[test]
 fn expired_counters_restart_above_earlier_tokens() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = builder(&cluster)
         .fence_idle_expiry(Duration::from_secs(1))
         .build()
@@ -261,7 +261,7 @@ fn expired_counters_restart_above_earlier_tokens() {
 /// tokens go up by one per grant, however the grants interleave.
 #[test]
 fn tokens_differ_per_resource_but_each_increases() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = client(&cluster);
     // Counters far apart, ahead of the clock and equal on every instance:
     // every grant is a plain increment, no raise round.
@@ -301,7 +301,7 @@ fn tokens_differ_per_resource_but_each_increases() {
 #[test]
 fn fenced_set_refuses_writes_older_than_the_newest_token() {
     use redfence::testing::RedisServer;
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let storage = RedisServer::start();
     let mut store = storage.connection();
     let locks = client(&cluster);
@@ -326,7 +326,7 @@ fn fenced_set_refuses_writes_older_than_the_newest_token() {
 
 #[test]
 fn large_counters_are_bumped_exactly() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = client(&cluster);
     // Near 2^52: every digit must survive Lua's doubles and formatting.
     let start = 4_503_599_627_370_001u64;

@@ -8,10 +8,10 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{builder, eventually, holders, lock_key};
-use redfence::testing::RedisCluster;
+use redfence::testing::RedisServers;
 use redfence::{Error, LockOptions, Redlock};
 
-fn named(cluster: &RedisCluster, identity: &str) -> Redlock {
+fn named(cluster: &RedisServers, identity: &str) -> Redlock {
     builder(cluster)
         .identity(identity)
         .instance_timeout(Duration::from_millis(200))
@@ -21,7 +21,7 @@ fn named(cluster: &RedisCluster, identity: &str) -> Redlock {
 
 #[test]
 fn contended_and_holder_name_the_identity_never_the_secret() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let first = named(&cluster, "billing-worker-3");
     let second = named(&cluster, "billing-worker-4");
     assert_eq!(first.identity(), "billing-worker-3");
@@ -80,7 +80,7 @@ fn contended_and_holder_name_the_identity_never_the_secret() {
 
 #[test]
 fn the_default_identity_is_hostname_and_pid() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = builder(&cluster).build().expect("client builds");
     let pid = format!(":{}", std::process::id());
     assert!(locks.identity().ends_with(&pid), "{}", locks.identity());
@@ -91,7 +91,7 @@ fn the_default_identity_is_hostname_and_pid() {
 
 #[test]
 fn bad_identities_are_refused_with_a_reason() {
-    let cluster = RedisCluster::start(1);
+    let cluster = RedisServers::start(1);
     for bad in ["", "tab\there", "line\nbreak", " padded", "naïve"] {
         match builder(&cluster).identity(bad).build() {
             Err(Error::InvalidConfig { reason }) => {
@@ -113,7 +113,7 @@ fn bad_identities_are_refused_with_a_reason() {
 /// the grant; meanwhile another client is refused and told who holds it.
 #[test]
 fn a_release_within_the_hold_keeps_the_lock_until_the_hold_is_over() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let job = named(&cluster, "nightly-1");
     let other = named(&cluster, "nightly-2");
     let hold = Duration::from_secs(5);
@@ -154,7 +154,7 @@ fn a_release_within_the_hold_keeps_the_lock_until_the_hold_is_over() {
 /// guard within the hold keeps it too.
 #[test]
 fn the_hold_counts_from_the_grant_and_applies_to_drop() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = named(&cluster, "holder-a");
     let opts = LockOptions::new()
         .ttl(Duration::from_secs(1))
@@ -182,7 +182,7 @@ fn the_hold_counts_from_the_grant_and_applies_to_drop() {
 
 #[test]
 fn a_hold_longer_than_30_days_is_refused() {
-    let cluster = RedisCluster::start(1);
+    let cluster = RedisServers::start(1);
     let locks = builder(&cluster).build().expect("client builds");
     let opts = LockOptions::new().hold_at_least(Duration::from_secs(31 * 24 * 3600));
     assert!(matches!(
@@ -198,7 +198,7 @@ fn a_hold_longer_than_30_days_is_refused() {
 fn the_acl_rules_allow_the_coordination_scripts() {
     use redfence::testing::ServerOptions;
     let rules = redfence::acl_rules("redfence:").join(" ");
-    let cluster = RedisCluster::start_with(
+    let cluster = RedisServers::start_with(
         3,
         ServerOptions {
             acl_users: vec![format!("worker on >pw-123 {rules}")],

@@ -7,12 +7,12 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::{builder, client, eventually, holders, lock_key, subscribers};
-use redfence::testing::RedisCluster;
+use redfence::testing::RedisServers;
 use redfence::{Error, InstanceErrorKind, LockOptions, LossReason};
 
 #[test]
 fn lock_release_try_lock_round_trip() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = client(&cluster);
     let guard = locks.lock("invoice:42").unwrap();
     assert!(guard.is_held());
@@ -42,7 +42,7 @@ fn lock_release_try_lock_round_trip() {
 
 #[test]
 fn release_frees_the_lock_on_every_instance() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = client(&cluster);
     let guard = locks.lock("job:nightly").unwrap();
     assert!(eventually(Duration::from_secs(2), || holders(
@@ -59,7 +59,7 @@ fn release_frees_the_lock_on_every_instance() {
 
 #[test]
 fn dropping_the_guard_releases_it() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = client(&cluster);
     let other = client(&cluster);
     {
@@ -77,7 +77,7 @@ fn dropping_the_guard_releases_it() {
 
 #[test]
 fn lock_waits_for_the_holder_and_respects_its_budget() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = client(&cluster);
     let held = locks.lock("busy").unwrap();
     let start = Instant::now();
@@ -122,7 +122,7 @@ fn lock_waits_for_the_holder_and_respects_its_budget() {
 
 #[test]
 fn mutual_exclusion_under_many_threads() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = client(&cluster);
     let inside = AtomicUsize::new(0);
     let max_inside = AtomicUsize::new(0);
@@ -156,7 +156,7 @@ fn mutual_exclusion_under_many_threads() {
 
 #[test]
 fn a_stopped_minority_does_not_slow_locking_down() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     // A long per-instance timeout: any wait for a stopped instance shows.
     let locks = builder(&cluster)
         .instance_timeout(Duration::from_secs(2))
@@ -180,7 +180,7 @@ fn a_stopped_minority_does_not_slow_locking_down() {
 
 #[test]
 fn a_stopped_majority_gives_unavailable_within_a_bound() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = client(&cluster);
     locks.lock("warm-up").unwrap().release().unwrap();
     cluster.stop(&[0, 2, 4]);
@@ -220,7 +220,7 @@ fn a_stopped_majority_gives_unavailable_within_a_bound() {
 
 #[test]
 fn releasing_an_expired_lease_is_lost_and_spares_the_new_holder() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = client(&cluster);
     let other = client(&cluster);
     let opts = LockOptions::new()
@@ -262,7 +262,7 @@ fn releasing_an_expired_lease_is_lost_and_spares_the_new_holder() {
 
 #[test]
 fn manual_extend_refreshes_the_lease_on_the_instances() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = client(&cluster);
     let opts = LockOptions::new()
         .ttl(Duration::from_millis(800))
@@ -279,7 +279,7 @@ fn manual_extend_refreshes_the_lease_on_the_instances() {
 
 #[test]
 fn scripts_are_reloaded_after_script_flush() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = client(&cluster);
     locks.lock("flush").unwrap().release().unwrap();
     for server in cluster.iter() {
@@ -291,7 +291,7 @@ fn scripts_are_reloaded_after_script_flush() {
 
 #[test]
 fn ping_reports_each_instance() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     // Room for a busy machine: only the stopped instance may time out.
     let locks = builder(&cluster)
         .instance_timeout(Duration::from_millis(500))
@@ -312,7 +312,7 @@ fn ping_reports_each_instance() {
 
 #[test]
 fn a_waiter_is_woken_by_the_release_not_by_a_timer() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     // A long random pause: a waiter that slept instead of listening would
     // take hundreds of milliseconds to notice each release.
     let holder = builder(&cluster)
@@ -353,7 +353,7 @@ fn a_waiter_is_woken_by_the_release_not_by_a_timer() {
 
 #[test]
 fn any_resource_name_is_a_distinct_lock() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = client(&cluster);
     let long = "x".repeat(1024);
     let names = ["a}b{c", "{x}", "ünïcødé\n\t", " ", &long];
@@ -370,7 +370,7 @@ fn any_resource_name_is_a_distinct_lock() {
 
 #[test]
 fn waiters_of_one_client_take_turns() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = client(&cluster);
     let end = Instant::now() + Duration::from_millis(1500);
     let counts: Vec<usize> = std::thread::scope(|s| {
@@ -399,7 +399,7 @@ fn waiters_of_one_client_take_turns() {
 
 #[test]
 fn try_lock_for_and_until_bound_the_wait() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = client(&cluster);
     let _held = locks.lock("bounded").unwrap();
     let start = Instant::now();

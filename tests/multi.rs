@@ -19,7 +19,7 @@ use common::{builder, client, eventually, lock_key};
 use faults_common::{
     read_stdin_line, report, report_field, store_connection, urls_from_env, ChildTest,
 };
-use redfence::testing::{RedisCluster, RedisServer};
+use redfence::testing::{RedisServer, RedisServers};
 use redfence::{Error, LockOptions, LossReason, MultiGuard, Redlock, MAX_RESOURCES};
 
 const CHILD_ROLE: &str = "REDFENCE_MULTI_CHILD";
@@ -113,7 +113,7 @@ fn child_philosophers() {
 /// no deadlock, although every set overlaps two others.
 #[test]
 fn dining_philosophers_share_forks_without_deadlock() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let storage = RedisServer::start();
     let urls = cluster.urls();
     let mut child = ChildTest::spawn(
@@ -182,7 +182,7 @@ fn dining_philosophers_share_forks_without_deadlock() {
 /// each resource's tokens strictly increase across both kinds of grant.
 #[test]
 fn single_and_multi_locks_exclude_each_other_and_share_token_sequences() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = builder(&cluster)
         .instance_timeout(Duration::from_millis(250))
         .build()
@@ -251,7 +251,7 @@ fn single_and_multi_locks_exclude_each_other_and_share_token_sequences() {
 /// attempt leaves no key of the other members behind on any instance.
 #[test]
 fn a_held_member_refuses_the_set_and_leaves_nothing_behind() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = client(&cluster);
     let other = client(&cluster);
     let held = other.lock("y").unwrap();
@@ -281,7 +281,7 @@ fn a_held_member_refuses_the_set_and_leaves_nothing_behind() {
 /// for "a", and the other way round.
 #[test]
 fn tokens_continue_across_single_and_set_grants() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = client(&cluster);
     let single = |r: &str| {
         let g = locks.lock(r).unwrap();
@@ -312,7 +312,7 @@ fn tokens_continue_across_single_and_set_grants() {
 /// left (released, not expired: the TTL is 30 s).
 #[test]
 fn minority_and_majority_stopped() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = builder(&cluster)
         .instance_timeout(Duration::from_millis(200))
         .build()
@@ -339,7 +339,7 @@ fn minority_and_majority_stopped() {
 /// majority stops, before its validity ends.
 #[test]
 fn the_watchdog_keeps_a_set_and_reports_its_loss() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = builder(&cluster)
         .instance_timeout(Duration::from_millis(100))
         .build()
@@ -376,7 +376,7 @@ fn the_watchdog_keeps_a_set_and_reports_its_loss() {
 /// may be.
 #[test]
 fn a_member_deleted_on_a_majority_loses_the_set() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = client(&cluster);
     let ttl = Duration::from_millis(600);
     let guard = locks
@@ -397,7 +397,7 @@ fn a_member_deleted_on_a_majority_loses_the_set() {
 
 #[test]
 fn bad_sets_are_refused_with_a_reason() {
-    let cluster = RedisCluster::start(1);
+    let cluster = RedisServers::start(1);
     let locks = client(&cluster);
     let reason = |r: Result<MultiGuard, Error>| match r {
         Err(Error::InvalidResource { reason }) => reason,

@@ -11,7 +11,7 @@ mod common;
 use std::time::Duration;
 
 use common::{eventually, lock_key};
-use redfence::testing::{RedisCluster, RedisServer, ServerOptions};
+use redfence::testing::{RedisServer, RedisServers, ServerOptions};
 use redfence::{acl_rules, LockGuard, LockOptions, Redlock};
 
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -44,7 +44,7 @@ fn has(server: &RedisServer) -> Has {
 }
 
 /// The calls of each command, per server.
-fn calls(cluster: &RedisCluster, command: &str) -> Vec<u64> {
+fn calls(cluster: &RedisServers, command: &str) -> Vec<u64> {
     cluster
         .iter()
         .map(|s| s.commandstats().get(command).copied().unwrap_or(0))
@@ -52,7 +52,7 @@ fn calls(cluster: &RedisCluster, command: &str) -> Vec<u64> {
 }
 
 /// Native releases, whichever command the server has.
-fn native_releases(cluster: &RedisCluster) -> Vec<u64> {
+fn native_releases(cluster: &RedisServers) -> Vec<u64> {
     let delifeq = calls(cluster, "delifeq");
     let delex = calls(cluster, "delex");
     delifeq.iter().zip(delex).map(|(a, b)| a + b).collect()
@@ -64,7 +64,7 @@ fn added(before: &[u64], after: &[u64]) -> Vec<u64> {
 
 /// Every server answered every request sent so far (a call returns at a
 /// quorum): `command` reached `want` calls more than `before` on each.
-fn all_reach(cluster: &RedisCluster, command: &str, before: &[u64], want: u64) -> bool {
+fn all_reach(cluster: &RedisServers, command: &str, before: &[u64], want: u64) -> bool {
     eventually(PATIENCE, || {
         let now = if command == "native-release" {
             native_releases(cluster)
@@ -83,8 +83,8 @@ fn ready(locks: &Redlock) {
 }
 
 /// Three servers, what their version has, and a client that reached them.
-fn three() -> (RedisCluster, Has, Redlock) {
-    let cluster = RedisCluster::start(3);
+fn three() -> (RedisServers, Has, Redlock) {
+    let cluster = RedisServers::start(3);
     let has = has(cluster.server(0));
     let locks = Redlock::new(cluster.urls()).unwrap();
     ready(&locks);
@@ -209,8 +209,8 @@ fn a_release_that_finds_its_key_gone_still_voids_the_attempt() {
 const USER: &str = "redfence";
 const PASSWORD: &str = "native-pa55word";
 
-fn with_user(rules: &[String]) -> RedisCluster {
-    RedisCluster::start_with(
+fn with_user(rules: &[String]) -> RedisServers {
+    RedisServers::start_with(
         3,
         ServerOptions {
             acl_users: vec![format!("{USER} on >{PASSWORD} {}", rules.join(" "))],
@@ -277,7 +277,7 @@ fn a_longer_extension_after_a_native_one_counts_only_the_leases_ttl() {
 
 #[test]
 fn native_commands_off_keeps_the_scripts_everywhere() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = Redlock::builder(cluster.urls())
         .native_commands(false)
         .build()
@@ -297,7 +297,7 @@ fn native_commands_off_keeps_the_scripts_everywhere() {
 
 #[test]
 fn an_extension_never_shortens_the_keys_natively_or_not() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = Redlock::new(cluster.urls()).unwrap();
     ready(&locks);
     let ttl = Duration::from_secs(3);

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use common::eventually;
 use faults_common::{report, urls_from_env, ChildTest};
 use postgres::{Client, NoTls, Transaction};
-use redfence::testing::{PostgresServer, RedisCluster};
+use redfence::testing::{PostgresServer, RedisServers};
 use redfence::{sql, LockGuard, LockOptions, Redlock};
 
 const CHILD_ROLE: &str = "REDFENCE_PG_CHILD";
@@ -106,7 +106,7 @@ fn short_lease() -> LockOptions {
 
 #[test]
 fn paused_holder_is_refused_by_the_database() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let pg = PostgresServer::start();
     let mut db = connect(&pg.url());
     create_schema(&mut db);
@@ -462,7 +462,7 @@ fn parse_attempt(line: &str) -> Attempt {
 /// every stale write and lose no accepted one.
 #[test]
 fn threads_and_processes_lose_no_update() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let pg = PostgresServer::start();
     let mut db = connect(&pg.url());
     create_schema(&mut db);

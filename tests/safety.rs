@@ -18,13 +18,13 @@ use std::time::{Duration, Instant};
 
 use common::{builder, client, eventually, holders, lock_key};
 use faults_common::{fence_key, read_stdin_line, report, report_field, ChildTest, Proxied};
-use redfence::testing::{Fault, RedisCluster};
+use redfence::testing::{Fault, RedisServers};
 use redfence::{Error, LockOptions, LossReason, Redlock};
 
 /// A client whose connections are open and whose instance timeout leaves
 /// room for two busy cores: these tests are about the lock's logic, and a
 /// request dropped for a 50 ms deadline would only blur them.
-fn steady_client(cluster: &RedisCluster, retries: u32) -> Redlock {
+fn steady_client(cluster: &RedisServers, retries: u32) -> Redlock {
     let locks = builder(cluster)
         .instance_timeout(Duration::from_millis(300))
         .extend_retries(retries)
@@ -75,7 +75,7 @@ fn assert_validity_leaves_out(locks: &Redlock, resource: &str, ttl: Duration, dr
 /// expires the key that much earlier.
 #[test]
 fn validity_after_a_grant_leaves_out_the_drift_allowance() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let ttl = Duration::from_secs(10);
     let default_drift = ttl / 100 + Duration::from_millis(2);
     assert_validity_leaves_out(&client(&cluster), "drift-default", ttl, default_drift);
@@ -89,7 +89,7 @@ fn validity_after_a_grant_leaves_out_the_drift_allowance() {
 }
 
 /// Deletes the lock key on `indices`, or sets it to another holder's value.
-fn take_away(cluster: &RedisCluster, resource: &str, indices: &[usize], replace: bool) {
+fn take_away(cluster: &RedisServers, resource: &str, indices: &[usize], replace: bool) {
     let key = lock_key(resource);
     for &i in indices {
         if replace {
@@ -106,7 +106,7 @@ fn take_away(cluster: &RedisCluster, resource: &str, indices: &[usize], replace:
 /// After the keys were taken away on a majority: those instances still
 /// hold exactly what the test left there (nothing, or the other holder's
 /// value with its own TTL), whatever our client sent them since.
-fn assert_left_alone(cluster: &RedisCluster, resource: &str, indices: &[usize], replace: bool) {
+fn assert_left_alone(cluster: &RedisServers, resource: &str, indices: &[usize], replace: bool) {
     let key = lock_key(resource);
     for &i in indices {
         let server = cluster.server(i);
@@ -137,7 +137,7 @@ fn assert_left_alone(cluster: &RedisCluster, resource: &str, indices: &[usize], 
 /// report the lease lost and leave those instances as they are.
 #[test]
 fn extending_a_lease_gone_or_taken_on_a_majority_fails_and_writes_nothing() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = steady_client(&cluster, 3);
     let opts = LockOptions::new()
         .ttl(Duration::from_secs(10))
@@ -169,7 +169,7 @@ fn extending_a_lease_gone_or_taken_on_a_majority_fails_and_writes_nothing() {
 /// newer holder's key. The lease is reported lost instead.
 #[test]
 fn the_watchdog_does_not_revive_a_lease_gone_or_taken_on_a_majority() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = steady_client(&cluster, 3);
     let opts = LockOptions::new().ttl(Duration::from_millis(1500));
     for (resource, replace) in [("watched-gone", false), ("watched-taken", true)] {
@@ -197,7 +197,7 @@ fn the_watchdog_does_not_revive_a_lease_gone_or_taken_on_a_majority() {
 /// the lease would simply have run out (`Expired`).
 #[test]
 fn failed_extensions_mark_the_lease_lost_long_before_it_expires() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = steady_client(&cluster, 1);
     let ttl = Duration::from_secs(9);
     let guard = locks

@@ -13,7 +13,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use common::{builder, eventually, lock_key};
-use redfence::testing::RedisCluster;
+use redfence::testing::RedisServers;
 use redfence::{Error, LockOptions, LossReason, Redlock};
 
 /// The recorder and the subscriber are global: the tests take turns, and
@@ -38,14 +38,14 @@ fn turn() -> MutexGuard<'static, ()> {
 
 /// A client whose timeouts leave room for a loaded machine, so that only
 /// the faults a test makes show up as instance errors.
-fn patient(cluster: &RedisCluster) -> Redlock {
+fn patient(cluster: &RedisServers) -> Redlock {
     builder(cluster)
         .instance_timeout(Duration::from_millis(1000))
         .build()
         .expect("client builds")
 }
 
-fn instance_name(cluster: &RedisCluster, i: usize) -> String {
+fn instance_name(cluster: &RedisServers, i: usize) -> String {
     format!("127.0.0.1:{}/0", cluster.server(i).port())
 }
 
@@ -286,7 +286,7 @@ mod captured {
 #[test]
 fn a_granted_lock_is_counted_once_and_traced_with_its_token() {
     let _turn = turn();
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = patient(&cluster);
     let guard = locks.lock("t-granted").expect("granted");
     let token = guard.token().get();
@@ -371,7 +371,7 @@ fn a_granted_lock_is_counted_once_and_traced_with_its_token() {
 #[test]
 fn a_contended_try_lock_counts_as_contended_with_one_attempt() {
     let _turn = turn();
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let holder = patient(&cluster);
     let rival = patient(&cluster);
     let guard = holder.lock("t-contended").expect("granted");
@@ -427,7 +427,7 @@ fn a_contended_try_lock_counts_as_contended_with_one_attempt() {
 #[test]
 fn a_lease_lost_to_a_stopped_majority_is_counted_and_warned_once() {
     let _turn = turn();
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     // Timeouts short against the TTL, so that the loss comes quickly, yet
     // long enough that the running instances do not time out under load.
     let locks = builder(&cluster)
@@ -543,7 +543,7 @@ fn a_lease_lost_to_a_stopped_majority_is_counted_and_warned_once() {
 #[test]
 fn an_instance_stopped_during_locks_is_counted_and_warned_once() {
     let _turn = turn();
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = patient(&cluster);
     let frozen = instance_name(&cluster, 4);
     // Connected first, so that the freeze hits a live connection.
@@ -660,7 +660,7 @@ fn every_known_series_is_registered_at_zero_when_a_client_is_built() {
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
     let _turn = turn();
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let locks = metrics::with_local_recorder(&recorder, || patient(&cluster));

@@ -24,7 +24,7 @@ use std::time::Duration;
 use common::{builder, eventually, holders, lock_key};
 use faults_common::Proxied;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use redfence::testing::{Fault, RedisCluster};
+use redfence::testing::{Fault, RedisServers};
 use redfence::{Error, LockOptions, LossReason, Redlock};
 
 const LOST: &str = "redfence_lease_lost_total";
@@ -85,7 +85,7 @@ fn assert_one_loss(reason: &str) {
 }
 
 fn client(
-    cluster: &RedisCluster,
+    cluster: &RedisServers,
     configure: impl FnOnce(redfence::RedlockBuilder) -> redfence::RedlockBuilder,
 ) -> Redlock {
     let locks = configure(builder(cluster).instance_timeout(Duration::from_millis(300)))
@@ -103,7 +103,7 @@ fn client(
 #[test]
 fn an_expired_lease_is_counted_as_expired() {
     let _turn = turn();
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = client(&cluster, |b| b);
     let opts = LockOptions::new()
         .ttl(Duration::from_secs(1))
@@ -124,7 +124,7 @@ fn an_expired_lease_is_counted_as_expired() {
 #[test]
 fn a_lease_taken_away_is_counted_as_not_held() {
     let _turn = turn();
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = client(&cluster, |b| b);
     let opts = LockOptions::new()
         .ttl(Duration::from_secs(10))
@@ -155,7 +155,7 @@ fn a_lease_taken_away_is_counted_as_not_held() {
 #[test]
 fn failed_extensions_are_counted_as_extension_failed() {
     let _turn = turn();
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = client(&cluster, |b| b.extend_retries(0));
     let guard = locks
         .lock_with(
@@ -181,7 +181,7 @@ fn failed_extensions_are_counted_as_extension_failed() {
 #[test]
 fn a_lease_at_its_extension_cap_is_counted_as_extension_limit() {
     let _turn = turn();
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = client(&cluster, |b| b.max_extensions(Some(1)));
     let guard = locks
         .lock_with(
@@ -203,7 +203,7 @@ fn a_lease_at_its_extension_cap_is_counted_as_extension_limit() {
 #[test]
 fn releases_are_not_counted_as_losses() {
     let _turn = turn();
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = client(&cluster, |b| b);
     locks.lock("tc-released").unwrap().release().unwrap();
     drop(locks.lock("tc-dropped").unwrap());
@@ -238,7 +238,7 @@ fn counted(name: &str) -> u64 {
 #[test]
 fn a_raise_round_that_reaches_a_quorum_is_counted() {
     let _turn = turn();
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = client(&cluster, |b| b);
     counted("redfence_fence_raise_total");
     let ahead = 1u64 << 52;
@@ -278,7 +278,7 @@ fn series() -> Vec<(String, Option<String>, DebugValue)> {
 fn described_metrics_carry_their_help_text() {
     let _turn = turn();
     redfence::describe_metrics();
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let _locks = client(&cluster, |b| b);
     let described: Vec<(String, Option<String>)> = series()
         .into_iter()

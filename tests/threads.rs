@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{client, eventually, lock_key};
 use faults_common::Proxied;
-use redfence::testing::{Fault, RedisCluster};
+use redfence::testing::{Fault, RedisServers};
 use redfence::LockOptions;
 
 /// Both tests count this process's threads, so they take turns.
@@ -42,7 +42,7 @@ fn client_threads() -> Vec<String> {
 #[test]
 fn dropping_the_client_stops_every_thread() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     assert!(client_threads().is_empty(), "{:?}", client_threads());
     let locks = client(&cluster);
     let guard = locks.lock("threads").unwrap();
@@ -89,7 +89,7 @@ fn dropping_the_client_stops_every_thread() {
 #[test]
 fn thousands_of_guards_share_the_same_few_threads() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = client(&cluster);
     // Per instance a worker, a subscriber and at most one connect thread;
     // one watchdog.

@@ -26,15 +26,15 @@ mod with_tls {
     use std::thread;
     use std::time::Duration;
 
-    use redfence::testing::{Fault, FaultProxy, RedisCluster, ServerOptions, TestPki};
+    use redfence::testing::{Fault, FaultProxy, RedisServers, ServerOptions, TestPki};
     use redfence::{Error, InstanceError, InstanceErrorKind, LockOptions, Redlock};
 
     /// `n` TLS servers, or `None` (the test is skipped, saying why) when
     /// the server program is a build without TLS: the Valkey and Redis 8
     /// binaries that `REDFENCE_TEST_SERVER` may name are; Debian's
     /// redis-server is not.
-    fn tls_servers(n: usize, options: ServerOptions) -> Option<RedisCluster> {
-        match RedisCluster::try_start_with(n, options) {
+    fn tls_servers(n: usize, options: ServerOptions) -> Option<RedisServers> {
+        match RedisServers::try_start_with(n, options) {
             Ok(cluster) => Some(cluster),
             Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
                 let first_line = e.to_string();
@@ -46,7 +46,7 @@ mod with_tls {
         }
     }
 
-    fn tls_cluster(n: usize, client_auth: bool) -> Option<RedisCluster> {
+    fn tls_cluster(n: usize, client_auth: bool) -> Option<RedisServers> {
         tls_servers(
             n,
             ServerOptions {
@@ -67,7 +67,7 @@ mod with_tls {
             .expect("client builds")
     }
 
-    fn client(cluster: &RedisCluster) -> Redlock {
+    fn client(cluster: &RedisServers) -> Redlock {
         client_with(cluster.urls(), cluster.tls_certificates().unwrap())
     }
 

@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{builder, client, eventually, holders, lock_key};
-use redfence::testing::RedisCluster;
+use redfence::testing::RedisServers;
 use redfence::{Error, LockOptions, LossReason};
 
 fn short(ttl_ms: u64) -> LockOptions {
@@ -17,7 +17,7 @@ fn short(ttl_ms: u64) -> LockOptions {
 /// commands of servers that have them. An extension adds one (EVALSHA, or
 /// SET … IFEQ), a release one (EVALSHA, DELIFEQ or DELEX); an acquisition
 /// adds three (the script and its two SETs, which the server counts too).
-fn lease_calls(cluster: &RedisCluster, i: usize) -> u64 {
+fn lease_calls(cluster: &RedisServers, i: usize) -> u64 {
     let stats = cluster.server(i).commandstats();
     ["evalsha", "set", "delifeq", "delex"]
         .iter()
@@ -27,7 +27,7 @@ fn lease_calls(cluster: &RedisCluster, i: usize) -> u64 {
 
 #[test]
 fn a_held_guard_outlives_its_ttl() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = client(&cluster);
     let rival = client(&cluster);
     let guard = locks.lock_with("long-job", short(1000)).unwrap();
@@ -65,7 +65,7 @@ fn a_held_guard_outlives_its_ttl() {
 
 #[test]
 fn a_stopped_majority_marks_the_guard_lost_before_its_validity_ends() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = client(&cluster);
     let guard = locks.lock_with("fragile", short(1500)).unwrap();
     let signal = guard.loss_signal();
@@ -108,7 +108,7 @@ fn a_stopped_majority_marks_the_guard_lost_before_its_validity_ends() {
 
 #[test]
 fn a_stopped_minority_does_not_cost_the_lease() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = client(&cluster);
     let guard = locks.lock_with("sturdy", short(1000)).unwrap();
     cluster.stop(&[3, 4]);
@@ -126,7 +126,7 @@ fn a_stopped_minority_does_not_cost_the_lease() {
 
 #[test]
 fn a_key_deleted_behind_our_back_is_detected_and_the_new_holder_spared() {
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let locks = client(&cluster);
     let rival = client(&cluster);
     let guard = locks.lock_with("stolen", short(1500)).unwrap();
@@ -154,7 +154,7 @@ fn a_key_deleted_behind_our_back_is_detected_and_the_new_holder_spared() {
 
 #[test]
 fn release_and_drop_stop_the_extensions() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = client(&cluster);
     let ttl = Duration::from_millis(600);
     for how in ["release", "drop"] {
@@ -192,7 +192,7 @@ fn release_and_drop_stop_the_extensions() {
 
 #[test]
 fn without_auto_extend_the_lease_simply_runs_out() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = client(&cluster);
     let ttl = Duration::from_millis(700);
     let start = Instant::now();
@@ -219,7 +219,7 @@ fn without_auto_extend_the_lease_simply_runs_out() {
 
 #[test]
 fn the_extension_cap_ends_the_lease() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = builder(&cluster).max_extensions(Some(2)).build().unwrap();
     let guard = locks.lock_with("capped", short(600)).unwrap();
     let start = Instant::now();
@@ -233,7 +233,7 @@ fn the_extension_cap_ends_the_lease() {
 
 #[test]
 fn manual_extend_with_the_watchdog_keeps_the_new_ttl() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = client(&cluster);
     let guard = locks.lock_with("switch", short(600)).unwrap();
     guard.extend(Duration::from_secs(5)).unwrap();
@@ -263,7 +263,7 @@ fn manual_extend_with_the_watchdog_keeps_the_new_ttl() {
 
 #[test]
 fn the_lifetime_cap_ends_the_lease() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = builder(&cluster)
         .max_lease_lifetime(Some(Duration::from_millis(1000)))
         .build()
@@ -286,7 +286,7 @@ fn the_lifetime_cap_ends_the_lease() {
 /// long one falls due.
 #[test]
 fn leases_with_different_ttls_are_each_extended_in_time() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = client(&cluster);
     let long = locks.lock_with("long-ttl", short(30_000)).unwrap();
     let brief = locks.lock_with("short-ttl", short(900)).unwrap();
@@ -303,7 +303,7 @@ fn leases_with_different_ttls_are_each_extended_in_time() {
 /// ends. Counted on a server: the grant, then exactly two extensions.
 #[test]
 fn max_extensions_is_the_exact_number_of_extensions() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisServers::start(3);
     let locks = builder(&cluster).max_extensions(Some(2)).build().unwrap();
     assert!(eventually(Duration::from_secs(10), || locks
         .ping()

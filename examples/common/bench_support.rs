@@ -24,7 +24,7 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redfence::testing::{Fault, FaultProxy, RedisCluster};
+use redfence::testing::{Fault, FaultProxy, RedisServers};
 
 /// Threads of the contention scenario.
 pub const CONTENTION_WORKERS: usize = 4;
@@ -147,7 +147,7 @@ pub fn client_cpu_time() -> Duration {
 /// (`/proc/<pid>/task/*/schedstat`, nanoseconds on the CPU; a
 /// redis-server's threads live as long as it does). Zero where `/proc`
 /// cannot be read.
-pub fn server_cpu_time(cluster: &RedisCluster) -> Duration {
+pub fn server_cpu_time(cluster: &RedisServers) -> Duration {
     let mut nanos: u64 = 0;
     for pid in cluster.iter().filter_map(|s| s.pid()) {
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
@@ -170,7 +170,7 @@ pub fn server_cpu_time(cluster: &RedisCluster) -> Duration {
 /// ops: what one op costs the client and the servers. The client's figure
 /// counts every thread of the process, so it includes whatever else runs
 /// in it at the time (idle clients cost nothing; in-process proxies do).
-pub fn with_cpu(cluster: &RedisCluster, run: impl FnOnce() -> Sample) -> Sample {
+pub fn with_cpu(cluster: &RedisServers, run: impl FnOnce() -> Sample) -> Sample {
     let (client_before, servers_before) = (client_cpu_time(), server_cpu_time(cluster));
     let mut sample = run();
     let client = client_cpu_time().saturating_sub(client_before);
@@ -275,7 +275,7 @@ pub fn send_to_all(
 /// The network's limit: `SET key val NX PX 30000` then `DEL key` of
 /// distinct keys on plain connections to every instance of `cluster`, from
 /// one thread, pipelined across instances; the latency is that of the pair.
-pub fn raw_baseline(cluster: &RedisCluster, ops: usize) -> Sample {
+pub fn raw_baseline(cluster: &RedisServers, ops: usize) -> Sample {
     let conns: Vec<redis::Connection> = cluster.iter().map(|s| s.connection()).collect();
     raw_baseline_on(conns, ops)
 }
@@ -502,7 +502,7 @@ pub struct DelayedNetwork {
 }
 
 impl DelayedNetwork {
-    pub fn start(cluster: &RedisCluster, delay: Duration) -> DelayedNetwork {
+    pub fn start(cluster: &RedisServers, delay: Duration) -> DelayedNetwork {
         let proxies: Vec<FaultProxy> = cluster
             .iter()
             .map(|s| FaultProxy::start(s.addr()).expect("starting a delay proxy"))

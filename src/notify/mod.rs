@@ -57,6 +57,8 @@ struct Registry {
 }
 
 /// Where a position's release announcements are heard.
+// One per position, once per client.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Source {
     /// A standalone server: `SUBSCRIBE` there.
     Server(redis::Client),
@@ -84,8 +86,7 @@ impl Notifier {
         for (index, source) in sources.into_iter().enumerate() {
             let (kick_tx, kick_rx) = crossbeam_channel::bounded(1);
             let registry = Arc::clone(&registry);
-            let builder =
-                std::thread::Builder::new().name(format!("redfence-subscriber-{index}"));
+            let builder = std::thread::Builder::new().name(format!("redfence-subscriber-{index}"));
             let handle = match source {
                 Source::Server(client) => {
                     let subscriber = Subscriber {

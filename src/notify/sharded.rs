@@ -123,11 +123,7 @@ impl ShardedSubscriber {
                 self.registry.acknowledge(&mut self.acked);
                 seen_version = Some(version);
             }
-            let turn = if links.len() > 1 {
-                TURN
-            } else {
-                super::POLL
-            };
+            let turn = if links.len() > 1 { TURN } else { super::POLL };
             for link in links.values_mut() {
                 if link.conn.set_read_timeout(Some(turn)).is_err() {
                     return Stop::Failed;
@@ -152,7 +148,11 @@ impl ShardedSubscriber {
 
     /// Subscribes each wanted channel on its shard and unsubscribes the
     /// others, then waits until every subscription is confirmed.
-    fn place(&self, links: &mut HashMap<String, Link>, wanted: &HashSet<String>) -> Result<(), Stop> {
+    fn place(
+        &self,
+        links: &mut HashMap<String, Link>,
+        wanted: &HashSet<String>,
+    ) -> Result<(), Stop> {
         let mut clients: HashMap<String, redis::Client> = HashMap::new();
         let mut place: HashMap<String, Vec<&String>> = HashMap::new();
         for channel in wanted {
@@ -172,7 +172,9 @@ impl ShardedSubscriber {
                 .cloned()
                 .collect();
             for channel in gone {
-                let cmd = redis::cmd("SUNSUBSCRIBE").arg(&channel).get_packed_command();
+                let cmd = redis::cmd("SUNSUBSCRIBE")
+                    .arg(&channel)
+                    .get_packed_command();
                 if link.conn.send_packed_command(&cmd).is_err() {
                     return Err(Stop::Failed);
                 }

@@ -11,8 +11,14 @@
 //!   ([`RedisServer::kill`], losing what is not in the append-only file) and
 //!   restarted on the same port. Dropping it kills the process and removes
 //!   the directory, also when the test panics.
-//! - [`RedisCluster`]: N independent servers started in parallel, the set of
-//!   masters Redlock runs on.
+//! - [`RedisServers`]: N independent servers started in parallel, the set of
+//!   masters Redlock runs on (called `RedisCluster` before 0.2.0, though it
+//!   is no Redis Cluster).
+//! - [`ShardedCluster`]: a real Redis Cluster of N masters, optionally with
+//!   replicas, whose slots a test moves ([`ShardedCluster::migrate_slot`],
+//!   or step by step to see `ASK` redirects) and whose masters it fails
+//!   over ([`ShardedCluster::failover`]) while clients run; [`key_slot`]
+//!   tells which slot a key hashes to.
 //! - [`FaultProxy`]: a TCP proxy in front of any address that adds latency,
 //!   black-holes traffic, resets connections or drops replies after the
 //!   request was applied (see [`Fault`]).
@@ -58,9 +64,9 @@
 //! Then start a set of servers and hand their URLs to the code under test:
 //!
 //! ```no_run
-//! use redfence::testing::RedisCluster;
+//! use redfence::testing::RedisServers;
 //!
-//! let cluster = RedisCluster::start(5);
+//! let cluster = RedisServers::start(5);
 //! let urls: Vec<String> = cluster.urls();
 //! assert_eq!(urls.len(), 5);
 //! // Build the lock client from `urls`, then break things:
@@ -69,16 +75,25 @@
 //! // Dropping `cluster` kills all five servers.
 //! ```
 
-mod cluster;
 mod fenced_store;
 mod pki;
 mod postgres;
 mod proxy;
 mod server;
+mod servers;
+mod sharded;
 
-pub use cluster::RedisCluster;
 pub use fenced_store::{AcceptedWrite, FencedStore, StaleToken};
 pub use pki::TestPki;
 pub use postgres::PostgresServer;
 pub use proxy::{Fault, FaultProxy};
 pub use server::{server_program, RedisServer, ServerOptions, LIBFAKETIME_ENV, SERVER_ENV};
+pub use servers::RedisServers;
+pub use sharded::{key_slot, Migration, ShardedCluster, SLOT_COUNT};
+
+/// The old name of [`RedisServers`], which never was a Redis Cluster.
+#[deprecated(
+    since = "0.2.0",
+    note = "renamed `RedisServers` (N independent servers); a real Redis Cluster is `ShardedCluster`"
+)]
+pub type RedisCluster = RedisServers;

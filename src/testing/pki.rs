@@ -43,7 +43,7 @@ static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
 /// directory, removed on drop.
 ///
 /// Servers started with [`ServerOptions::tls`](super::ServerOptions::tls)
-/// get one (a [`RedisCluster`](super::RedisCluster) shares one among its
+/// get one (a [`RedisServers`](super::RedisServers) shares one among its
 /// servers, so one set of client certificates fits them all). A second
 /// `TestPki` is a CA the servers do not trust, for testing refusals.
 #[derive(Debug)]

@@ -68,6 +68,11 @@ const POLL: Duration = Duration::from_millis(10);
 const IO_TIMEOUT: Duration = Duration::from_secs(2);
 /// Lines of server log quoted in start-up failures.
 const LOG_LINES_IN_ERRORS: usize = 30;
+/// How long a cluster node ([`ServerOptions::cluster_enabled`]) may be
+/// silent before its peers take it to fail: short, so that tests of
+/// failures are quick, and long enough for a debug build on a loaded
+/// machine to answer in time.
+const CLUSTER_NODE_TIMEOUT_MS: &str = "2000";
 
 static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
 
@@ -111,7 +116,7 @@ pub struct ServerOptions {
     /// it, so a test can skip. Defaults to `false`.
     pub fake_clock: bool,
     /// Serve TLS only (`--tls-port`, `--port 0`), with certificates made at
-    /// start-up (see [`TestPki`]; a [`RedisCluster`](super::RedisCluster)
+    /// start-up (see [`TestPki`]; a [`RedisServers`](super::RedisServers)
     /// shares one CA among its servers). [`RedisServer::url`] is then a
     /// `rediss://` URL and `RedisServer::tls_certificates` (with `tls-rustls`) what a client
     /// needs. The server also listens on `[::1]`, which its certificate
@@ -134,6 +139,19 @@ pub struct ServerOptions {
     /// Require this password (`--requirepass`). [`RedisServer::url`] and the
     /// harness's own connections include it. Defaults to `None`.
     pub password: Option<String>,
+    /// Start the server in cluster mode (`--cluster-enabled yes`), as a
+    /// node of a Redis Cluster with no slots and no peers yet: its cluster
+    /// state (`nodes.conf`) lives in the server's directory, so a
+    /// [`RedisServer::restart`] rejoins with the same node id. Slots stay
+    /// served when others are not (`--cluster-require-full-coverage no`),
+    /// a silent node is taken to fail after 2 s (`--cluster-node-timeout
+    /// 2000`), the node announces `127.0.0.1` and, as a master, syncs a new
+    /// replica at once (`--repl-diskless-sync-delay 0`) and pings its
+    /// replicas every second (`--repl-ping-replica-period 1`). With a
+    /// [`password`](Self::password), replicas authenticate to their master
+    /// with it (`--masterauth`). [`ShardedCluster`](super::ShardedCluster)
+    /// starts such servers and joins them. Defaults to `false`.
+    pub cluster_enabled: bool,
 }
 
 /// A real `redis-server` process on `127.0.0.1` and a free port, with its
@@ -768,6 +786,30 @@ fn spawn_ready(launch: &Launch<'_>, port: u16, deadline: Instant) -> io::Result<
     }
     if let Some(pw) = &options.password {
         cmd.arg("--requirepass").arg(pw);
+    }
+    if options.cluster_enabled {
+        // Relative to `--dir`, the server's working directory.
+        cmd.args([
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+        ])
+        .args(["--cluster-require-full-coverage", "no"])
+        .args(["--cluster-node-timeout", CLUSTER_NODE_TIMEOUT_MS])
+        // Otherwise a node that has met no other reports its own
+        // address as "" in CLUSTER SLOTS.
+        .args(["--cluster-announce-ip", "127.0.0.1"])
+        // A replica's first sync starts at once, not after the default 5 s
+        // wait for more replicas to share it.
+        .args(["--repl-diskless-sync-delay", "0"])
+        // CLUSTER SLOTS lists a replica only once its replication offset is
+        // not 0, which on an idle master takes its first replication PING:
+        // 1 s instead of 10.
+        .args(["--repl-ping-replica-period", "1"]);
+        if let Some(pw) = &options.password {
+            cmd.arg("--masterauth").arg(pw);
+        }
     }
     for user in &options.acl_users {
         cmd.arg("--user").args(user.split_whitespace());

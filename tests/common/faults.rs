@@ -9,7 +9,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use redfence::testing::{Fault, FaultProxy, RedisCluster, ServerOptions};
+use redfence::testing::{Fault, FaultProxy, RedisServers, ServerOptions};
 use redfence::{LockGuard, Redlock, RedlockBuilder};
 
 /// Five (or N) servers, each reached through its own [`FaultProxy`]: the
@@ -19,7 +19,7 @@ pub struct Proxied {
     // Declared first so the proxies (and their threads) go before the
     // servers they forward to.
     pub proxies: Vec<FaultProxy>,
-    pub cluster: RedisCluster,
+    pub cluster: RedisServers,
 }
 
 impl Proxied {
@@ -28,7 +28,7 @@ impl Proxied {
     }
 
     pub fn start_with(n: usize, options: ServerOptions) -> Proxied {
-        let cluster = RedisCluster::start_with(n, options);
+        let cluster = RedisServers::start_with(n, options);
         let proxies = cluster
             .iter()
             .map(|s| FaultProxy::start(s.addr()).expect("proxy starts"))
@@ -67,13 +67,13 @@ pub fn fence_key(resource: &str) -> String {
 }
 
 /// The lock key's value on each server (`None` where it is absent).
-pub fn lock_values(cluster: &RedisCluster, resource: &str) -> Vec<Option<String>> {
+pub fn lock_values(cluster: &RedisServers, resource: &str) -> Vec<Option<String>> {
     let key = lock_key(resource);
     cluster.iter().map(|s| s.get(&key)).collect()
 }
 
 /// Every redfence lock key on every server.
-pub fn all_lock_keys(cluster: &RedisCluster) -> Vec<String> {
+pub fn all_lock_keys(cluster: &RedisServers) -> Vec<String> {
     cluster
         .iter()
         .flat_map(|s| s.keys("redfence:lock:*"))

@@ -3,16 +3,16 @@
 
 use std::time::{Duration, Instant};
 
-use redfence::testing::RedisCluster;
+use redfence::testing::RedisServers;
 use redfence::{Redlock, RedlockBuilder};
 
 /// A builder for a client over every server of the cluster.
-pub fn builder(cluster: &RedisCluster) -> RedlockBuilder {
+pub fn builder(cluster: &RedisServers) -> RedlockBuilder {
     Redlock::builder(cluster.urls())
 }
 
 /// A client with default settings over the cluster.
-pub fn client(cluster: &RedisCluster) -> Redlock {
+pub fn client(cluster: &RedisServers) -> Redlock {
     builder(cluster).build().expect("client builds")
 }
 
@@ -39,14 +39,14 @@ pub fn fence_key(resource: &str) -> String {
 }
 
 /// How many servers hold the resource's lock key.
-pub fn holders(cluster: &RedisCluster, resource: &str) -> usize {
+pub fn holders(cluster: &RedisServers, resource: &str) -> usize {
     let key = lock_key(resource);
     cluster.iter().filter(|s| s.exists(&key)).count()
 }
 
 /// How many servers have a subscriber on the resource's release channel
 /// (`PUBSUB NUMSUB`): a waiting lock call listens there for the release.
-pub fn subscribers(cluster: &RedisCluster, resource: &str) -> usize {
+pub fn subscribers(cluster: &RedisServers, resource: &str) -> usize {
     let channel = format!("redfence:released:{{{resource}}}");
     cluster
         .iter()

@@ -15,7 +15,7 @@
 //! ```
 //!
 //! Starts its own five `redis-server` processes (redfence's
-//! `testing::RedisCluster`) and measures, in one run so that ratios compare
+//! `testing::RedisServers`) and measures, in one run so that ratios compare
 //! like with like:
 //!
 //! - **raw**: the network's limit, `SET NX PX` then `DEL` written to all five
@@ -90,7 +90,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use plotters::style::RGBColor;
-use redfence::testing::RedisCluster;
+use redfence::testing::RedisServers;
 
 #[path = "../../common/bench_support.rs"]
 mod bench_support;
@@ -194,7 +194,7 @@ fn single_guarded(locker: Arc<dyn Locker>, ops: usize) -> Guarded {
 /// them all rather than skewing their ratios.
 fn healthy_runs(
     settings: &Settings,
-    cluster: &RedisCluster,
+    cluster: &RedisServers,
     lockers: &[Arc<dyn Locker>],
 ) -> (Sample, Vec<Healthy>) {
     let _ = raw_baseline(cluster, 200);
@@ -321,7 +321,7 @@ fn print_healthy(settings: &Settings, raw: &Sample, runs: &[Healthy], rslock_tas
 /// its table and returns the chart's lines.
 fn stopped_runs(
     settings: &Settings,
-    cluster: &RedisCluster,
+    cluster: &RedisServers,
     lockers: &[Arc<dyn Locker>],
     healthy: &[Healthy],
     raw_healthy: &Sample,
@@ -460,7 +460,7 @@ fn raw_connect_per_command(urls: &[String], ops: usize) -> Sample {
 /// Scenario 5: every instance behind a proxy holding each chunk
 /// `NETWORK_DELAY` each way; the raw baseline and each client (built anew
 /// on the proxies' addresses), one thread, repeats interleaved.
-fn network_table(settings: &Settings, cluster: &RedisCluster, runtime: &tokio::runtime::Runtime) {
+fn network_table(settings: &Settings, cluster: &RedisServers, runtime: &tokio::runtime::Runtime) {
     let network = DelayedNetwork::start(cluster, NETWORK_DELAY);
     let urls = network.urls.clone();
     let connect = || network.connect();
@@ -541,7 +541,7 @@ fn main() {
         settings.stopped_ops
     );
 
-    let cluster = RedisCluster::start(5);
+    let cluster = RedisServers::start(5);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -113,7 +113,10 @@ impl Target {
                     Some(seed) => (seed, true),
                     None => (url.clone(), false),
                 };
-                let info = text.as_str().into_connection_info().map_err(|_| invalid())?;
+                let info = text
+                    .as_str()
+                    .into_connection_info()
+                    .map_err(|_| invalid())?;
                 let name = if cluster {
                     format!("cluster #{i}")
                 } else {

@@ -1,4 +1,9 @@
 //! A set of N independent [`RedisServer`]s, the shape Redlock runs on.
+//!
+//! Called `RedisCluster` before 0.2.0, a name that promised a Redis Cluster
+//! (slots, redirects, failover); that is
+//! [`ShardedCluster`](super::ShardedCluster). The old name stays a
+//! deprecated alias for one release.
 
 use std::io;
 use std::thread;
@@ -7,20 +12,21 @@ use super::pki::TestPki;
 use super::server::{RedisServer, ServerOptions};
 
 /// N independent `redis-server` processes (not a Redis Cluster: no
-/// replication, no slots), each on its own free port, started in parallel
-/// and all killed on drop.
+/// replication, no slots; for that see
+/// [`ShardedCluster`](super::ShardedCluster)), each on its own free port,
+/// started in parallel and all killed on drop.
 #[derive(Debug)]
-pub struct RedisCluster {
+pub struct RedisServers {
     servers: Vec<RedisServer>,
 }
 
-impl RedisCluster {
+impl RedisServers {
     /// Starts `n` servers with default options.
     ///
     /// # Panics
     ///
     /// If `n` is 0 or any server fails to start; the message quotes its log.
-    pub fn start(n: usize) -> RedisCluster {
+    pub fn start(n: usize) -> RedisServers {
         Self::start_with(n, ServerOptions::default())
     }
 
@@ -29,24 +35,24 @@ impl RedisCluster {
     /// # Panics
     ///
     /// If `n` is 0 or any server fails to start; the message quotes its log.
-    pub fn start_with(n: usize, options: ServerOptions) -> RedisCluster {
+    pub fn start_with(n: usize, options: ServerOptions) -> RedisServers {
         match Self::try_start_with(n, options) {
             Ok(cluster) => cluster,
-            Err(e) => panic!("could not start a cluster of {n} redis-servers: {e}"),
+            Err(e) => panic!("could not start {n} redis-servers: {e}"),
         }
     }
 
     /// Starts `n` servers, all with `options`. If one fails, the others are
     /// stopped again and the first error is returned.
-    pub fn try_start_with(n: usize, options: ServerOptions) -> io::Result<RedisCluster> {
+    pub fn try_start_with(n: usize, options: ServerOptions) -> io::Result<RedisServers> {
         if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "a cluster needs at least one server",
+                "a set of servers needs at least one server",
             ));
         }
         // One CA for all servers, so one set of client certificates fits
-        // the whole cluster.
+        // all servers.
         let pki = if options.tls {
             Some(std::sync::Arc::new(TestPki::generate()?))
         } else {
@@ -60,7 +66,7 @@ impl RedisCluster {
                     let options = options.clone();
                     let pki = pki.clone();
                     thread::Builder::new()
-                        .name(format!("redfence-cluster-start-{i}"))
+                        .name(format!("redfence-servers-start-{i}"))
                         .spawn_scoped(scope, move || RedisServer::try_start_sharing(options, pki))
                 })
                 .collect();
@@ -77,7 +83,7 @@ impl RedisCluster {
         // Collecting into a Result drops the servers that did start when one
         // did not, which kills them.
         let servers = results.into_iter().collect::<io::Result<Vec<_>>>()?;
-        Ok(RedisCluster { servers })
+        Ok(RedisServers { servers })
     }
 
     /// The number of servers.
@@ -85,7 +91,7 @@ impl RedisCluster {
         self.servers.len()
     }
 
-    /// Always `false`: a cluster has at least one server.
+    /// Always `false`: a set of servers has at least one server.
     pub fn is_empty(&self) -> bool {
         self.servers.is_empty()
     }
@@ -104,12 +110,12 @@ impl RedisCluster {
             .collect()
     }
 
-    /// The certificates shared by the servers of a TLS cluster.
+    /// The certificates shared by the servers, with [`ServerOptions::tls`].
     pub fn pki(&self) -> Option<&TestPki> {
         self.servers.first().and_then(RedisServer::pki)
     }
 
-    /// What a client of this TLS cluster needs: the test CA and the client
+    /// What a client of these TLS servers needs: the test CA and the client
     /// certificate. `None` without [`ServerOptions::tls`].
     #[cfg(feature = "tls-rustls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
@@ -164,6 +170,11 @@ impl RedisCluster {
         }
     }
 
+    /// The servers, for a harness type built on them.
+    pub(super) fn into_servers(self) -> Vec<RedisServer> {
+        self.servers
+    }
+
     /// Runs `FLUSHALL` on every server.
     ///
     /// # Panics
@@ -176,7 +187,7 @@ impl RedisCluster {
     }
 }
 
-impl<'a> IntoIterator for &'a RedisCluster {
+impl<'a> IntoIterator for &'a RedisServers {
     type Item = &'a RedisServer;
     type IntoIter = std::slice::Iter<'a, RedisServer>;
 
@@ -201,7 +212,7 @@ mod tests {
 
     #[test]
     fn three_servers_start_and_drop_cleanly() {
-        let cluster = RedisCluster::start(3);
+        let cluster = RedisServers::start(3);
         assert_eq!(cluster.len(), 3);
         let urls = cluster.urls();
         assert_eq!(urls.len(), 3);
@@ -232,7 +243,7 @@ mod tests {
 
     #[test]
     fn zero_servers_is_an_error() {
-        let err = RedisCluster::try_start_with(0, ServerOptions::default()).unwrap_err();
+        let err = RedisServers::try_start_with(0, ServerOptions::default()).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
     }
 }
