@@ -632,3 +632,80 @@ fn a_least_privilege_user_can_lock_on_a_cluster() {
         .sum();
     assert_eq!(refused, 0, "the ACL refused something");
 }
+
+/// The `redfence` command over cluster positions, as a user runs it.
+#[test]
+fn the_command_runs_checks_and_pings_cluster_positions() {
+    let positions = clusters(2, 2);
+    let standalone = RedisServer::start();
+    let as_url = |c: &ShardedCluster| {
+        let seeds = c.seed_urls();
+        format!(
+            "redis+cluster://{}?addr={}",
+            seeds[0].trim_start_matches("redis://"),
+            seeds[1].trim_start_matches("redis://")
+        )
+    };
+    let servers = format!(
+        "{},{},{}",
+        as_url(&positions[0]),
+        as_url(&positions[1]),
+        standalone.url()
+    );
+    let redfence = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_redfence"))
+            .args(args)
+            .env("REDFENCE_SERVERS", &servers)
+            .output()
+            .expect("the command starts")
+    };
+    // `run` holds the lock on every position while the command runs, and
+    // `status`, run from inside it, sees it on the owning shard of each.
+    let inner = format!(
+        "echo token=$REDFENCE_TOKEN; {} status --json cron-job",
+        env!("CARGO_BIN_EXE_redfence")
+    );
+    let out = redfence(&["run", "-n", "cron-job", "--", "sh", "-c", &inner]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
+    let token: u64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("token="))
+        .and_then(|t| t.trim().parse().ok())
+        .expect("the command got its token");
+    let status: serde_json::Value = serde_json::from_str(
+        stdout.lines().find(|l| l.starts_with('{')).expect("status JSON"),
+    )
+    .unwrap();
+    assert_eq!(status["locked"], 3, "{status}");
+    let rows = status["instances"].as_array().unwrap();
+    for (p, cluster) in positions.iter().enumerate() {
+        let shard = owner(cluster, "cron-job").port();
+        let name = rows[p]["instance"].as_str().unwrap();
+        assert_eq!(name, format!("cluster #{p} shard 127.0.0.1:{shard}"), "{status}");
+    }
+    // A quorum holds the token's counter (a position that answered after
+    // the decision may have counted higher on its own).
+    let at_least = rows
+        .iter()
+        .filter(|r| r["fence"].as_u64().unwrap_or(0) >= token)
+        .count();
+    assert!(at_least >= 2, "token {token}: {status}");
+    assert!(lock_keys_left(&positions).is_empty(), "released when the command ended");
+    // `ping` lists every shard, and exits 69 once a position is out.
+    let out = redfence(&["ping", "--json"]);
+    let ping: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(out.status.success(), "{ping}");
+    assert_eq!(ping["instances"].as_array().unwrap().len(), 5, "{ping}");
+    assert_eq!(ping["answered"], 3, "{ping}");
+    positions[0].master(1).stop();
+    standalone.stop();
+    let out = redfence(&["ping", "--json", "--instance-timeout", "200ms"]);
+    positions[0].master(1).cont();
+    standalone.cont();
+    let ping: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(69), "{ping}");
+    assert_eq!(ping["answered"], 1, "{ping}");
+    let text = ping.to_string();
+    assert!(!text.contains("s3cret"));
+}
