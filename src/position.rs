@@ -40,7 +40,8 @@ use crate::address::IntoInstance;
 /// `addr` parameter another, reached with the same credentials and TLS
 /// settings. Every seed is checked like a standalone URL when the client is
 /// built; mistakes are reported without quoting the URL.
-#[derive(Debug)]
+///
+/// Its `Debug` form shows addresses only, never credentials.
 pub struct Position {
     pub(crate) kind: Kind,
 }
@@ -89,6 +90,20 @@ impl Position {
             _ => Position {
                 kind: Kind::Standalone(trimmed.into_instance()),
             },
+        }
+    }
+}
+
+impl std::fmt::Debug for Position {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let addr = |info: &ConnectionInfo| info.addr().to_string();
+        match &self.kind {
+            Kind::Standalone(Ok(info)) => f.debug_tuple("Standalone").field(&addr(info)).finish(),
+            Kind::Cluster(Ok(seeds)) => f
+                .debug_tuple("Cluster")
+                .field(&seeds.iter().map(addr).collect::<Vec<_>>())
+                .finish(),
+            Kind::Standalone(Err(_)) | Kind::Cluster(Err(_)) => f.write_str("Invalid"),
         }
     }
 }
@@ -229,6 +244,20 @@ mod tests {
             assert!(why.contains(words), "{text}: {why}");
             assert!(!why.contains("s3cret"), "{text}: {why}");
         }
+    }
+
+    #[test]
+    fn debug_shows_addresses_never_credentials() {
+        let shown = format!(
+            "{:?} {:?} {:?}",
+            Position::from("redis+cluster://u:s3cret@h1:1?addr=h2:2"),
+            Position::from("redis://:s3cret@h:1"),
+            Position::from("redis://:s3cret@h:bad"),
+        );
+        assert_eq!(
+            shown,
+            r#"Cluster(["h1:1", "h2:2"]) Standalone("h:1") Invalid"#
+        );
     }
 
     impl Position {

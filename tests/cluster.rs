@@ -653,7 +653,7 @@ fn a_least_privilege_user_can_lock_on_a_cluster() {
     let refused: Vec<String> = positions
         .iter()
         .flat_map(|c| c.masters())
-        .flat_map(|m| acl_refusals(m))
+        .flat_map(acl_refusals)
         .filter(|object| object != "client|setinfo")
         .collect();
     assert!(refused.is_empty(), "the ACL refused {refused:?}");
