@@ -172,7 +172,8 @@ impl Election {
             (cmd, 2)
         };
         let (cmd, _) = with_announce(false);
-        let route = Route::slot(keys.slot).with_cluster_form(|| with_announce(true));
+        let route = Route::slot(keys.slot)
+            .with_cluster_form(shared.instances.has_cluster(), || with_announce(true));
         let deadline = shared.round_deadline();
         let _ = shared
             .instances

@@ -220,7 +220,7 @@ pub(crate) fn send_release(
         |_| Combine::AllYes,
         |t| pack_for(t, true),
     )
-    .with_cluster_form(|| pack_for(&lease.target, true));
+    .with_cluster_form(split, || pack_for(&lease.target, true));
     // A lease past its validity that nobody observed yet is lost, exactly
     // as if the watchdog had got there first.
     let was_lost = lease.loss_locked(&mut st, Instant::now()).is_some();

@@ -28,6 +28,8 @@ pub(crate) struct Instances {
     clocks: Vec<Arc<InstanceClock>>,
     /// What each instance's connection runs natively (`native.rs`).
     support: Vec<Arc<Support>>,
+    /// Some position is a Redis Cluster: requests get their cluster forms.
+    has_cluster: bool,
 }
 
 /// How one instance voted.
@@ -70,6 +72,7 @@ impl Instances {
     ) -> Self {
         let names = list.iter().map(|i| i.name().to_string()).collect();
         Instances {
+            has_cluster: list.iter().any(Voter::is_cluster),
             list,
             names,
             clocks,
@@ -91,7 +94,7 @@ impl Instances {
 
     /// True when some position is a Redis Cluster.
     pub fn has_cluster(&self) -> bool {
-        self.list.iter().any(Voter::is_cluster)
+        self.has_cluster
     }
 
     /// The voters, for requests that go to each server behind them (ping).

@@ -111,9 +111,14 @@ impl Route {
     }
 
     /// This route, with the request in the form a cluster position sends
-    /// when it goes to one slot whole.
-    pub fn with_cluster_form(mut self, form: impl FnOnce() -> (Arc<[u8]>, usize)) -> Route {
-        if self.slot.is_some() {
+    /// when it goes to one slot whole; packed only on a client with a
+    /// cluster position (`cluster` true).
+    pub fn with_cluster_form(
+        mut self,
+        cluster: bool,
+        form: impl FnOnce() -> (Arc<[u8]>, usize),
+    ) -> Route {
+        if cluster && self.slot.is_some() {
             self.cluster = Some(form());
         }
         self

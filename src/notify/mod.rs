@@ -286,27 +286,40 @@ struct Subscriber {
     acked: HashSet<u64>,
 }
 
-impl Subscriber {
-    fn run(mut self) {
-        loop {
-            // Idle: no connection, sleep until somebody waits.
-            while self.registry.channels.lock().is_empty() {
-                if self.kicks.recv().is_err() {
+/// The life of a subscriber thread: no connection while nobody waits,
+/// `serve` while somebody does, a pause after it failed (`failed` is told
+/// first), until the client stops.
+fn subscriber_life(
+    registry: &Registry,
+    kicks: &Receiver<()>,
+    mut serve: impl FnMut() -> Stop,
+    failed: impl Fn(),
+) {
+    loop {
+        while registry.channels.lock().is_empty() {
+            if kicks.recv().is_err() {
+                return;
+            }
+        }
+        match serve() {
+            Stop::Shutdown => return,
+            Stop::Idle => {}
+            Stop::Failed => {
+                failed();
+                if let Err(crossbeam_channel::RecvTimeoutError::Disconnected) =
+                    kicks.recv_timeout(RECONNECT_PAUSE)
+                {
                     return;
                 }
             }
-            match self.serve() {
-                Stop::Shutdown => return,
-                Stop::Idle => {}
-                Stop::Failed => {
-                    if let Err(crossbeam_channel::RecvTimeoutError::Disconnected) =
-                        self.kicks.recv_timeout(RECONNECT_PAUSE)
-                    {
-                        return;
-                    }
-                }
-            }
         }
+    }
+}
+
+impl Subscriber {
+    fn run(mut self) {
+        let (registry, kicks) = (Arc::clone(&self.registry), self.kicks.clone());
+        subscriber_life(&registry, &kicks, || self.serve(), || {});
     }
 
     /// Runs one subscriber connection until nobody waits, it fails, or the

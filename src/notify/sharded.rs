@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, TryRecvError};
 use redis::{PushKind, Value};
 
-use super::{Registry, Stop, RECONNECT_PAUSE};
+use super::{subscriber_life, Registry, Stop};
 use crate::slot::key_slot;
 
 /// Where a cluster position's channels live.
@@ -76,29 +76,12 @@ impl ShardedSubscriber {
     }
 
     pub fn run(mut self) {
-        loop {
-            // Idle: no connection, sleep until somebody waits.
-            while self.registry.channels.lock().is_empty() {
-                if self.kicks.recv().is_err() {
-                    return;
-                }
-            }
-            match self.serve() {
-                Stop::Shutdown => return,
-                Stop::Idle => {}
-                Stop::Failed => {
-                    // Refused as not its own (`MOVED` comes back as an
-                    // error here), or gone: either way the slot map may be
-                    // stale (a reshard, a failover).
-                    self.shards.stale();
-                    if let Err(crossbeam_channel::RecvTimeoutError::Disconnected) =
-                        self.kicks.recv_timeout(RECONNECT_PAUSE)
-                    {
-                        return;
-                    }
-                }
-            }
-        }
+        let (registry, kicks) = (Arc::clone(&self.registry), self.kicks.clone());
+        let shards = Arc::clone(&self.shards);
+        // Refused as not its own (`MOVED` comes back as an error here), or
+        // gone: either way the slot map may be stale (a reshard, a
+        // failover).
+        subscriber_life(&registry, &kicks, || self.serve(), || shards.stale());
     }
 
     /// Runs the shard connections until nobody waits, one fails, or the
