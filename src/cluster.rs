@@ -436,6 +436,23 @@ impl Redirect for Router {
         self.ask_refresh();
     }
 
+    fn reroute(&self, req: Request, from: &str) -> Option<Request> {
+        let moved = {
+            let topology = self.topology.read();
+            req.slot
+                .and_then(|slot| topology.slots.get(usize::from(slot)))
+                .and_then(|k| topology.shards.get(usize::from(*k)))
+                .is_some_and(|shard| shard.worker.name() != from)
+        };
+        if !moved {
+            return Some(req);
+        }
+        let mut req = req;
+        req.asking = false;
+        self.route(req);
+        None
+    }
+
     fn redirect(&self, mut req: Request, to: Redirection) {
         match to {
             Redirection::Moved { slot, addr } => {

@@ -92,6 +92,10 @@ pub(crate) trait Redirect: Send + Sync {
     fn redirect(&self, req: Request, to: Redirection);
     /// The shard did not answer: its slots may have moved (a failover).
     fn unreachable(&self);
+    /// A request that must land and could not be delivered by the worker
+    /// named `from`: sent to the shard that owns its slot now, if that is
+    /// another; given back otherwise.
+    fn reroute(&self, req: Request, from: &str) -> Option<Request>;
 }
 
 /// A cluster's redirect of one request.
@@ -355,7 +359,13 @@ impl Worker {
                 || is_try_again(&result);
             req.answer(self.index, result);
             if req.persistent && undelivered {
-                retry.push(req);
+                // A shard's release goes where its slot lives now (a
+                // failover moved it off this dead master), else waits here.
+                let kept = match self.redirect.as_ref().and_then(Weak::upgrade) {
+                    Some(router) => router.reroute(req, &self.name),
+                    None => Some(req),
+                };
+                retry.extend(kept);
             }
         }
         *batch = retry;

@@ -514,6 +514,18 @@ fn mixed_standalone_and_cluster_positions_and_the_url_form() {
     guard.release().unwrap();
 }
 
+/// Whether a replica holds `key` (read after `READONLY`).
+fn replica_has(server: &RedisServer, key: &str) -> bool {
+    let mut con = server.connection();
+    let (_, n): ((), i64) = redis::pipe()
+        .cmd("READONLY")
+        .cmd("EXISTS")
+        .arg(key)
+        .query(&mut con)
+        .expect("EXISTS after READONLY");
+    n == 1
+}
+
 #[test]
 fn a_promoted_replica_never_repeats_a_token() {
     let mut positions = clusters(2, 2);
@@ -524,15 +536,30 @@ fn a_promoted_replica_never_repeats_a_token() {
     let first = locks.lock(&resource).unwrap();
     let t1 = first.token();
     first.release().unwrap();
-    // The master owning the resource freezes; its replica takes over.
-    let old = positions[0].master(0);
-    old.stop();
+    // Another lock on the same master, replicated before the master
+    // freezes, is released while it is frozen: the release must follow
+    // its slot to the promoted replica.
     let replica = (0..positions[0].replicas().len())
         .find(|r| positions[0].master_of_replica(*r) == 0)
         .expect("master 0 has a replica");
+    let held_name = resource_on(&positions[0], 0, "held-");
+    let held = locks.lock(&held_name).unwrap();
+    assert!(eventually(Duration::from_secs(5), || replica_has(
+        positions[0].replica(replica),
+        &lock_key(&held_name)
+    )));
+    // The master owning the resources freezes; its replica takes over.
+    let old = positions[0].master(0);
+    old.stop();
+    drop(held);
     positions[0].failover(replica);
     let promoted = positions[0].master(0);
     assert!(!std::ptr::eq(old, promoted));
+    assert!(
+        eventually(Duration::from_secs(10), || !promoted
+            .exists(&lock_key(&held_name))),
+        "the release stayed with the frozen master"
+    );
     // Every grant's token exceeds the last; the position follows the
     // failover (a frozen shard makes it read the slot map again), so the
     // promoted replica soon holds the lock there.
