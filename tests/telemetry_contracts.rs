@@ -233,8 +233,9 @@ fn counted(name: &str) -> u64 {
 }
 
 /// docs/observability.md: `redfence_fence_raise_total` counts "fence raise
-/// rounds that reached a quorum". Counters made to disagree (one instance
-/// far ahead) force one; it is counted once.
+/// rounds that reached a quorum". Counters made to disagree (two instances
+/// far ahead, each by another amount, so any two answers differ) force one;
+/// it is counted once.
 #[test]
 fn a_raise_round_that_reaches_a_quorum_is_counted() {
     let _turn = turn();
@@ -242,17 +243,73 @@ fn a_raise_round_that_reaches_a_quorum_is_counted() {
     let locks = client(&cluster, |b| b);
     counted("redfence_fence_raise_total");
     let ahead = 1u64 << 52;
-    cluster
-        .server(0)
-        .cmd(&["SET", "redfence:fence:{raised}", &ahead.to_string()])
-        .unwrap();
-    // The other two answer first, or the one ahead: either way the answers
-    // disagree, so a raise round runs before the grant.
+    for (i, counter) in [(0, ahead), (1, ahead / 2)] {
+        cluster
+            .server(i)
+            .cmd(&["SET", "redfence:fence:{raised}", &counter.to_string()])
+            .unwrap();
+    }
+    // Whichever two answer first, their answers disagree, so a raise round
+    // runs before the grant.
     let guard = locks.lock("raised").unwrap();
     let token = guard.token().get();
     guard.release().unwrap();
-    assert!(token > ahead, "{token}");
+    assert!(token > ahead / 2, "{token}");
     assert_eq!(counted("redfence_fence_raise_total"), 1);
+}
+
+/// A cluster position's shard errors are counted under the shard's name
+/// (`cluster #i shard host:port`), so a dashboard tells which shard of
+/// which position fails.
+#[test]
+fn a_cluster_shards_errors_are_counted_under_its_name() {
+    use redfence::testing::ShardedCluster;
+    use redfence::Position;
+    let _turn = turn();
+    let positions: Vec<ShardedCluster> = (0..3).map(|_| ShardedCluster::start(2)).collect();
+    let locks = Redlock::builder(positions.iter().map(|c| Position::cluster(c.seed_urls())))
+        .instance_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let frozen = positions[0].master(1);
+    let resource = (0..10_000)
+        .map(|n| format!("shard-{n}"))
+        .find(|r| positions[0].master_for_key(&lock_key(r)) == 1)
+        .unwrap();
+    locks.lock(&resource).unwrap().release().unwrap();
+    let name = format!("cluster #0 shard 127.0.0.1:{}", frozen.port());
+    let errors_of = |instance: &str| -> u64 {
+        let snapshotter = SNAPSHOTTER.get().expect("recorder installed");
+        snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter(|(key, _, _, _)| {
+                key.key().name() == "redfence_instance_errors_total"
+                    && key
+                        .key()
+                        .labels()
+                        .any(|l| l.key() == "instance" && l.value() == instance)
+            })
+            .map(|(_, _, _, value)| match value {
+                DebugValue::Counter(n) => n,
+                _ => 0,
+            })
+            .sum()
+    };
+    errors_of(&name);
+    frozen.stop();
+    let guard = locks.try_lock(&resource).expect("two positions of three");
+    // Counted when the frozen shard's request times out, after the grant
+    // (the recorder resets a counter when it is read: add up the looks).
+    let mut seen = 0;
+    let counted = eventually(Duration::from_secs(3), || {
+        seen += errors_of(&name);
+        seen >= 1
+    });
+    frozen.cont();
+    guard.release().unwrap();
+    assert!(counted, "no error counted for {name}");
 }
 
 /// Every series as the snapshot has it: name, description, value.
