@@ -355,15 +355,18 @@ impl Worker {
             let Some(mut req) = self.follow_redirect(req, &result) else {
                 continue;
             };
-            let undelivered = matches!(&result, Err(e) if e.kind() != InstanceErrorKind::Server)
-                || is_try_again(&result);
+            let unreachable = matches!(&result, Err(e) if e.kind() != InstanceErrorKind::Server);
+            let undelivered = unreachable || is_try_again(&result);
             req.answer(self.index, result);
             if req.persistent && undelivered {
-                // A shard's release goes where its slot lives now (a
-                // failover moved it off this dead master), else waits here.
-                let kept = match self.redirect.as_ref().and_then(Weak::upgrade) {
-                    Some(router) => router.reroute(req, &self.name),
-                    None => Some(req),
+                // A shard's release that found no connection goes where
+                // its slot lives now (a failover moved it off this dead
+                // master); one refused with TRYAGAIN waits here for the
+                // move under way to end.
+                let router = self.redirect.as_ref().and_then(Weak::upgrade);
+                let kept = match router {
+                    Some(router) if unreachable => router.reroute(req, &self.name),
+                    _ => Some(req),
                 };
                 retry.extend(kept);
             }

@@ -247,6 +247,9 @@ fn a_half_moved_slot_is_followed_with_asking() {
     // half-moved slot refuses with TRYAGAIN; it is sent again until the
     // move is over.
     let _ = guard.release();
+    // The move lasts a while, as a real resharding does: the release keeps
+    // being refused meanwhile and must still be there to land after it.
+    std::thread::sleep(Duration::from_millis(300));
     for m in migrations {
         m.finish();
     }
@@ -806,4 +809,68 @@ fn the_command_runs_checks_and_pings_cluster_positions() {
     assert_eq!(ping["answered"], 1, "{ping}");
     let text = ping.to_string();
     assert!(!text.contains("s3cret"));
+}
+
+/// Managed Redis in cluster mode is reached over TLS: three TLS clusters
+/// (each its own CA, all given to the client), every node TLS-only, the
+/// cluster bus and redirects on TLS ports.
+#[test]
+fn tls_cluster_positions_lock_wait_and_lock_all() {
+    let options = redfence::testing::ServerOptions {
+        tls: true,
+        ..Default::default()
+    };
+    let started: Vec<std::io::Result<ShardedCluster>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..3)
+            .map(|_| {
+                let options = options.clone();
+                s.spawn(move || ShardedCluster::try_start_with_replicas(2, 0, options))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let positions = match started.into_iter().collect::<std::io::Result<Vec<_>>>() {
+        Ok(positions) => positions,
+        Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+            eprintln!("skipped: this server has no TLS ({e})");
+            return;
+        }
+        Err(e) => panic!("TLS clusters did not start: {e}"),
+    };
+    let roots: Vec<u8> = positions
+        .iter()
+        .flat_map(|c| c.pki().expect("a TLS cluster has a CA").ca_pem().to_vec())
+        .collect();
+    let locks = || {
+        builder(&positions)
+            .tls_certificates(redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(roots.clone()),
+            })
+            .retry_delay(Duration::from_secs(3))
+            .build()
+            .expect("client builds")
+    };
+    let (holder, waiter) = (locks(), locks());
+    assert!(positions[0].seed_urls()[0].starts_with("rediss://"));
+    let guard = holder.lock("tls-job").unwrap();
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| waiter.lock("tls-job").map(|g| g.token()));
+        assert!(eventually(Duration::from_secs(5), || positions
+            .iter()
+            .all(|c| listening(c, "redfence:released:{tls-job}"))));
+        let token = guard.token();
+        guard.release().unwrap();
+        assert!(waiting.join().unwrap().expect("woken over TLS") > token);
+    });
+    let set: Vec<String> = (0..2)
+        .map(|i| resource_on(&positions[0], i, "tls-set-"))
+        .collect();
+    let set: Vec<&str> = set.iter().map(String::as_str).collect();
+    let all = holder.try_lock_all(&set).expect("a set across TLS shards");
+    all.extend(Duration::from_secs(10)).unwrap();
+    all.release().unwrap();
+    let report = holder.ping();
+    assert_eq!(report.len(), 6, "{report:?}");
+    assert!(report.iter().all(|(_, r)| r.is_ok()), "{report:?}");
 }

@@ -149,8 +149,13 @@ pub struct ServerOptions {
     /// replica at once (`--repl-diskless-sync-delay 0`) and pings its
     /// replicas every second (`--repl-ping-replica-period 1`). With a
     /// [`password`](Self::password), replicas authenticate to their master
-    /// with it (`--masterauth`). [`ShardedCluster`](super::ShardedCluster)
-    /// starts such servers and joins them. Defaults to `false`.
+    /// with it (`--masterauth`). The cluster bus listens on a free port of
+    /// its own ([`RedisServer::cluster_port`], `--cluster-port`). With
+    /// [`tls`](Self::tls), the node speaks TLS to its peers too
+    /// (`--tls-cluster yes`, `--tls-replication yes`, presenting the test
+    /// client certificate) and announces its TLS port.
+    /// [`ShardedCluster`](super::ShardedCluster) starts such servers and
+    /// joins them. Defaults to `false`.
     pub cluster_enabled: bool,
 }
 
@@ -172,6 +177,8 @@ pub struct ServerOptions {
 #[derive(Debug)]
 pub struct RedisServer {
     port: u16,
+    /// The cluster bus port, with [`ServerOptions::cluster_enabled`].
+    cluster_port: Option<u16>,
     dir: PathBuf,
     options: ServerOptions,
     program: PathBuf,
@@ -264,17 +271,27 @@ impl RedisServer {
         };
         let mut last_error = None;
         for _ in 0..START_ATTEMPTS {
-            let port = match free_port() {
-                Ok(port) => port,
+            let ports = free_port().and_then(|port| {
+                let bus = if options.cluster_enabled {
+                    Some(free_port_besides(port)?)
+                } else {
+                    None
+                };
+                Ok((port, bus))
+            });
+            let (port, cluster_port) = match ports {
+                Ok(ports) => ports,
                 Err(e) => {
                     last_error = Some(e);
                     continue;
                 }
             };
-            match spawn_ready(&launch, port, Instant::now() + READY_DEADLINE) {
+            let deadline = Instant::now() + READY_DEADLINE;
+            match spawn_ready(&launch, port, cluster_port, deadline) {
                 Ok(child) => {
                     return Ok(RedisServer {
                         port,
+                        cluster_port,
                         dir,
                         options,
                         program,
@@ -299,6 +316,15 @@ impl RedisServer {
     /// The TCP port the server listens on; it stays the same across restarts.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The cluster bus port of a cluster node
+    /// ([`ServerOptions::cluster_enabled`]), passed as `--cluster-port`
+    /// (another free port, not `port() + 10000`, which may be taken); `None`
+    /// otherwise. It stays the same across restarts. `CLUSTER MEET` needs
+    /// it: `CLUSTER MEET 127.0.0.1 <port> <cluster port>`.
+    pub fn cluster_port(&self) -> Option<u16> {
+        self.cluster_port
     }
 
     /// The server's address, `127.0.0.1:port`.
@@ -504,7 +530,7 @@ impl RedisServer {
         // reaped, so the same port is retried until the deadline.
         let deadline = Instant::now() + READY_DEADLINE;
         loop {
-            match spawn_ready(&launch, self.port, deadline) {
+            match spawn_ready(&launch, self.port, self.cluster_port, deadline) {
                 Ok(c) => {
                     *child = Some(c);
                     return Ok(());
@@ -710,6 +736,21 @@ pub(super) fn free_port() -> io::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
+/// A free port other than `taken` (which is free too but not bound yet):
+/// the cluster bus port of a node whose client port is `taken`.
+fn free_port_besides(taken: u16) -> io::Result<u16> {
+    for _ in 0..16 {
+        let port = free_port()?;
+        if port != taken {
+            return Ok(port);
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AddrInUse,
+        format!("no free port besides {taken}"),
+    ))
+}
+
 /// What a start or restart runs.
 struct Launch<'a> {
     program: &'a Path,
@@ -729,9 +770,15 @@ fn is_final(e: &io::Error) -> bool {
     )
 }
 
-/// Starts a process and waits until it answers PING. On failure the process
+/// Starts a process on `port` (and, for a cluster node, `cluster_port` for
+/// the cluster bus) and waits until it answers PING. On failure the process
 /// is reaped and the error quotes the log.
-fn spawn_ready(launch: &Launch<'_>, port: u16, deadline: Instant) -> io::Result<Child> {
+fn spawn_ready(
+    launch: &Launch<'_>,
+    port: u16,
+    cluster_port: Option<u16>,
+    deadline: Instant,
+) -> io::Result<Child> {
     let Launch {
         program,
         faketime,
@@ -753,6 +800,15 @@ fn spawn_ready(launch: &Launch<'_>, port: u16, deadline: Instant) -> io::Result<
                 .arg(pki.path("server.key"))
                 .arg("--tls-ca-cert-file")
                 .arg(pki.path("ca.crt"))
+                // What the server presents when it connects to another
+                // (replication, MIGRATE, the cluster bus): the server
+                // certificate is for servers only (its extended key usage
+                // is serverAuth), and a cluster node always asks its peers
+                // for a certificate on the bus.
+                .arg("--tls-client-cert-file")
+                .arg(pki.path("client.crt"))
+                .arg("--tls-client-key-file")
+                .arg(pki.path("client.key"))
                 .arg("--tls-auth-clients")
                 .arg(if options.tls_auth_clients {
                     "yes"
@@ -809,6 +865,18 @@ fn spawn_ready(launch: &Launch<'_>, port: u16, deadline: Instant) -> io::Result<
         .args(["--repl-ping-replica-period", "1"]);
         if let Some(pw) = &options.password {
             cmd.arg("--masterauth").arg(pw);
+        }
+        // The bus on a port of its own, checked free like the client port
+        // (the default, port + 10000, is not, and may lie in the ephemeral
+        // range).
+        if let Some(bus) = cluster_port {
+            cmd.arg("--cluster-port").arg(bus.to_string());
+        }
+        if pki.is_some() {
+            // A TLS-only node (`--port 0`) speaks TLS to its peers on the
+            // bus, to its master and to MIGRATE targets, and announces its
+            // TLS port to clients (CLUSTER SLOTS, MOVED, ASK).
+            cmd.args(["--tls-cluster", "yes", "--tls-replication", "yes"]);
         }
     }
     for user in &options.acl_users {

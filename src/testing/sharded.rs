@@ -17,6 +17,12 @@
 //! node reports `cluster_state:ok` and the same slot map, so a test never
 //! races the gossip. Every wait is bounded and fails naming the node that
 //! held it up and quoting its log.
+//!
+//! With [`ServerOptions::tls`] the nodes serve TLS only, share one test CA
+//! ([`ShardedCluster::pki`]) and speak TLS among themselves (cluster bus,
+//! replication, `MIGRATE`), as managed Redis in cluster mode with TLS does:
+//! [`ShardedCluster::seed_urls`] are then `rediss://` URLs, and slot maps
+//! and redirects name the TLS ports.
 
 use std::io;
 use std::thread;
@@ -24,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::pki::TestPki;
 use super::server::{RedisServer, ServerOptions};
 use super::servers::RedisServers;
 
@@ -180,9 +187,17 @@ impl ShardedCluster {
     /// replica is in sync and every node reports `cluster_state:ok` and the
     /// full slot map.
     ///
-    /// Fails with [`io::ErrorKind::InvalidInput`] for 0 masters or
-    /// [`ServerOptions::tls`] (not supported), as
-    /// [`RedisServer::try_start_with`] if a node does not start, and with
+    /// With [`ServerOptions::tls`] (and optionally
+    /// [`ServerOptions::tls_auth_clients`]) every node serves TLS only with
+    /// certificates of one test CA ([`pki`](Self::pki)), talks TLS to the
+    /// others on the cluster bus, for replication and for `MIGRATE`, and
+    /// announces its TLS port; the harness's own connections use the test
+    /// CA and client certificate.
+    ///
+    /// Fails with [`io::ErrorKind::InvalidInput`] for 0 masters, as
+    /// [`RedisServer::try_start_with`] if a node does not start (with
+    /// [`io::ErrorKind::Unsupported`] for TLS and a server built without
+    /// it), and with
     /// [`io::ErrorKind::TimedOut`] if the cluster does not form within 20 s;
     /// the message names the node and quotes its log.
     pub fn try_start_with_replicas(
@@ -194,12 +209,6 @@ impl ShardedCluster {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "a Redis Cluster needs at least one master",
-            ));
-        }
-        if options.tls {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "ShardedCluster does not support ServerOptions::tls",
             ));
         }
         options.cluster_enabled = true;
@@ -238,13 +247,14 @@ impl ShardedCluster {
             )?;
         }
         for n in 1..self.nodes.len() {
-            self.node_query::<()>(
-                0,
-                redis::cmd("CLUSTER")
-                    .arg("MEET")
-                    .arg("127.0.0.1")
-                    .arg(self.nodes[n].port()),
-            )?;
+            let node = &self.nodes[n];
+            let mut meet = redis::cmd("CLUSTER");
+            meet.arg("MEET").arg("127.0.0.1").arg(node.port());
+            // The bus is not on port + 10000 (see RedisServer::cluster_port).
+            if let Some(bus) = node.cluster_port() {
+                meet.arg(bus);
+            }
+            self.node_query::<()>(0, &meet)?;
         }
         // A replica can only follow a master it has heard of through the
         // gossip MEET started.
@@ -339,10 +349,27 @@ impl ShardedCluster {
         self.replica_master[r]
     }
 
-    /// The masters' URLs (as [`RedisServer::url`] gives them), in index
-    /// order: seeds for a cluster client.
+    /// The masters' URLs (as [`RedisServer::url`] gives them: `rediss://`
+    /// with [`ServerOptions::tls`]), in index order: seeds for a cluster
+    /// client.
     pub fn seed_urls(&self) -> Vec<String> {
         self.masters().into_iter().map(RedisServer::url).collect()
+    }
+
+    /// The certificates all nodes share, with [`ServerOptions::tls`]: one
+    /// test CA, whose server certificate names `127.0.0.1` (the address
+    /// the nodes announce) and `localhost`.
+    pub fn pki(&self) -> Option<&TestPki> {
+        self.nodes.first().and_then(RedisServer::pki)
+    }
+
+    /// What a client of this TLS cluster needs: the test CA and the client
+    /// certificate (required with [`ServerOptions::tls_auth_clients`]).
+    /// `None` without [`ServerOptions::tls`].
+    #[cfg(feature = "tls-rustls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
+    pub fn tls_certificates(&self) -> Option<redis::TlsCertificates> {
+        self.pki().map(|pki| pki.certificates(true))
     }
 
     /// The cluster node id of master `i` (`CLUSTER MYID`, read at start-up;
