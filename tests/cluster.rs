@@ -456,6 +456,11 @@ fn lock_all_across_shards_is_all_or_nothing_on_each_position() {
     assert_eq!(holders(&positions, set[2]), 0);
     let first = held.token();
     held.release().unwrap();
+    // Released on a quorum; wait for the third position too, or the set
+    // is (rightly) refused and undone there.
+    assert!(eventually(Duration::from_secs(5), || holders(
+        &positions, set[1]
+    ) == 0));
     let all = locks.try_lock_all(&set).expect("granted once free");
     for r in &set {
         assert!(
