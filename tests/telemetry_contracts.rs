@@ -268,7 +268,7 @@ fn a_cluster_shards_errors_are_counted_under_its_name() {
     let _turn = turn();
     let positions: Vec<ShardedCluster> = (0..3).map(|_| ShardedCluster::start(2)).collect();
     let locks = Redlock::builder(positions.iter().map(|c| Position::cluster(c.seed_urls())))
-        .instance_timeout(Duration::from_millis(100))
+        .instance_timeout(Duration::from_millis(300))
         .build()
         .unwrap();
     let frozen = positions[0].master(1);
@@ -299,7 +299,9 @@ fn a_cluster_shards_errors_are_counted_under_its_name() {
     };
     errors_of(&name);
     frozen.stop();
-    let guard = locks.try_lock(&resource).expect("two positions of three");
+    let guard = locks
+        .lock_with(&resource, LockOptions::new().wait(Duration::from_secs(5)))
+        .expect("two positions of three");
     // Counted when the frozen shard's request times out, after the grant
     // (the recorder resets a counter when it is read: add up the looks).
     let mut seen = 0;
