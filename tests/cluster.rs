@@ -130,7 +130,11 @@ fn exclusion_and_increasing_tokens_under_contention_with_keys_on_every_shard() {
             );
         }
     }
-    assert!(lock_keys_left(&positions).is_empty());
+    // Each release is confirmed by a quorum; the third lands just after.
+    assert!(eventually(Duration::from_secs(5), || lock_keys_left(
+        &positions
+    )
+    .is_empty()));
 }
 
 #[test]
@@ -451,15 +455,15 @@ fn lock_all_across_shards_is_all_or_nothing_on_each_position() {
     }
     // Members granted on some shard are undone there (before the vote is
     // counted, on the positions the decision waited for): only the other
-    // client's keys are left, long before any TTL.
+    // client's keys are left, long before any TTL. (It holds `set[1]` on a
+    // quorum, and maybe on the third position too.)
     assert!(
-        eventually(Duration::from_secs(5), || lock_keys_left(&positions).len()
-            == 3),
+        eventually(Duration::from_secs(5), || holders(&positions, set[0]) == 0
+            && holders(&positions, set[2]) == 0),
         "{:?}",
         lock_keys_left(&positions)
     );
-    assert_eq!(holders(&positions, set[0]), 0);
-    assert_eq!(holders(&positions, set[2]), 0);
+    assert!(holders(&positions, set[1]) >= 2);
     let first = held.token();
     held.release().unwrap();
     // Released on a quorum; wait for the third position too, or the set
@@ -782,7 +786,8 @@ fn the_command_runs_checks_and_pings_cluster_positions() {
             .expect("status JSON"),
     )
     .unwrap();
-    assert_eq!(status["locked"], 3, "{status}");
+    // A quorum at least (the third acquire may still be on its way).
+    assert!(status["locked"].as_u64().unwrap_or(0) >= 2, "{status}");
     let rows = status["instances"].as_array().unwrap();
     for (p, cluster) in positions.iter().enumerate() {
         let shard = owner(cluster, "cron-job").port();
@@ -801,7 +806,8 @@ fn the_command_runs_checks_and_pings_cluster_positions() {
         .count();
     assert!(at_least >= 2, "token {token}: {status}");
     assert!(
-        lock_keys_left(&positions).is_empty(),
+        eventually(Duration::from_secs(5), || lock_keys_left(&positions)
+            .is_empty()),
         "released when the command ended"
     );
     // `ping` lists every shard, and exits 69 once a position is out.
