@@ -100,6 +100,11 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
+#[path = "common/bench_support.rs"]
+#[allow(dead_code)]
+mod bench_support;
+
+use bench_support::{client_cpu_time, env_or, process_cpu_time};
 use redfence::testing::{key_slot, RedisServer, RedisServers, ShardedCluster};
 use redfence::{LockOptions, Position, Redlock};
 
@@ -147,19 +152,6 @@ impl Settings {
 
     fn quota_us(&self) -> u64 {
         (self.period_us as f64 * self.cap_pct / 100.0).round() as u64
-    }
-}
-
-/// The environment variable `name` parsed as a `T`, or `default` if it is
-/// not set. Panics on a value that does not parse, rather than quietly
-/// running with the default.
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a valid value")),
-        Err(_) => default,
     }
 }
 
@@ -418,36 +410,6 @@ fn resource(t: usize, n: usize) -> String {
     format!("bench:{t}:{n}")
 }
 
-/// CPU time used so far by every thread of process `pid`
-/// (`/proc/<pid>/task/*/schedstat`, nanoseconds on the CPU).
-fn process_cpu(pid: u32) -> Duration {
-    let mut nanos: u64 = 0;
-    if let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) {
-        for task in tasks.flatten() {
-            let stat = fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
-            nanos += stat
-                .split_whitespace()
-                .next()
-                .and_then(|n| n.parse::<u64>().ok())
-                .unwrap_or(0);
-        }
-    }
-    Duration::from_nanos(nanos)
-}
-
-/// User + system time of this whole process, every thread, including those
-/// that exited (`getrusage(RUSAGE_SELF)`).
-fn client_cpu() -> Duration {
-    use nix::sys::resource::{getrusage, UsageWho};
-    let Ok(usage) = getrusage(UsageWho::RUSAGE_SELF) else {
-        return Duration::ZERO;
-    };
-    let micros = |tv: nix::sys::time::TimeVal| {
-        tv.tv_sec().max(0) as u64 * 1_000_000 + tv.tv_usec().max(0) as u64
-    };
-    Duration::from_micros(micros(usage.user_time()) + micros(usage.system_time()))
-}
-
 /// Counters and CPU readings at one moment of a run.
 struct Snapshot {
     at: Instant,
@@ -495,8 +457,12 @@ fn snapshot(setup: &Setup, cycles: &[AtomicU64], errors: &[AtomicU64]) -> Snapsh
         at: Instant::now(),
         cycles: sum(cycles),
         errors: sum(errors),
-        servers: setup.pids.iter().map(|&pid| process_cpu(pid)).collect(),
-        client: client_cpu(),
+        servers: setup
+            .pids
+            .iter()
+            .map(|&pid| process_cpu_time(pid))
+            .collect(),
+        client: client_cpu_time(),
         throttling: setup.caps.iter().map(CpuCap::throttling).collect(),
         commands: setup.commands(),
     }

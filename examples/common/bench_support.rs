@@ -148,11 +148,19 @@ pub fn client_cpu_time() -> Duration {
 /// redis-server's threads live as long as it does). Zero where `/proc`
 /// cannot be read.
 pub fn server_cpu_time(cluster: &RedisServers) -> Duration {
+    cluster
+        .iter()
+        .filter_map(|s| s.pid())
+        .map(process_cpu_time)
+        .sum()
+}
+
+/// CPU time used so far by every thread of process `pid`
+/// (`/proc/<pid>/task/*/schedstat`, nanoseconds on the CPU). Zero where
+/// `/proc` cannot be read.
+pub fn process_cpu_time(pid: u32) -> Duration {
     let mut nanos: u64 = 0;
-    for pid in cluster.iter().filter_map(|s| s.pid()) {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-            continue;
-        };
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
         for task in tasks.flatten() {
             let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
             nanos += stat

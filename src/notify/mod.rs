@@ -340,10 +340,7 @@ impl Subscriber {
                 Ok(()) | Err(TryRecvError::Empty) => {}
                 Err(TryRecvError::Disconnected) => return Stop::Shutdown,
             }
-            let version = self.registry.version.load(Ordering::Acquire);
-            if seen_version != Some(version) {
-                let wanted: HashSet<String> =
-                    self.registry.channels.lock().keys().cloned().collect();
+            if let Some((wanted, version)) = self.registry.wanted_since(seen_version) {
                 if wanted.is_empty() {
                     return Stop::Idle;
                 }
@@ -416,12 +413,16 @@ impl Registry {
         }
     }
 
-    /// The channels some call waits for, and the registry's version they
-    /// belong to.
-    fn wanted(&self) -> (HashSet<String>, u64) {
+    /// The channels some call waits for and the registry's version they
+    /// belong to, if the version is not `seen` (a subscriber polls this
+    /// every few milliseconds: the set is read only when it changed).
+    fn wanted_since(&self, seen: Option<u64>) -> Option<(HashSet<String>, u64)> {
         let version = self.version.load(Ordering::Acquire);
+        if seen == Some(version) {
+            return None;
+        }
         let wanted = self.channels.lock().keys().cloned().collect();
-        (wanted, version)
+        Some((wanted, version))
     }
 }
 

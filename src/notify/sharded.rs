@@ -95,8 +95,7 @@ impl ShardedSubscriber {
                 Ok(()) | Err(TryRecvError::Empty) => {}
                 Err(TryRecvError::Disconnected) => return Stop::Shutdown,
             }
-            let (wanted, version) = self.registry.wanted();
-            if seen_version != Some(version) {
+            if let Some((wanted, version)) = self.registry.wanted_since(seen_version) {
                 if wanted.is_empty() {
                     return Stop::Idle;
                 }
