@@ -31,7 +31,7 @@ pub(crate) struct Lease {
     /// are sent with natively (`native.rs`).
     native_ttl: Duration,
     /// A release before this keeps the keys until then
-    /// ([`LockOptions::hold_at_least`]).
+    /// ([`LockOptions::hold_at_least`]); `None` without a hold.
     pub hold_until: Option<Instant>,
     /// The election this lease is the leadership of, if any: its loss is
     /// then a loss of leadership too (telemetry).
@@ -45,7 +45,13 @@ pub(crate) struct Lease {
 
 pub(crate) struct State {
     pub valid_until: Instant,
+    /// The TTL extensions ask for: the acquisition's, or the last one a
+    /// caller's `extend()` asked for.
     pub ttl: Duration,
+    /// How much of it the current validity believes (less, once a native
+    /// extension may still land: see `PendingExtend::count`). The watchdog
+    /// renews a third of this after the validity began.
+    pub believed: Duration,
     pub released: bool,
     pub lost: Option<LossReason>,
     pub extensions: u32,
@@ -68,11 +74,14 @@ impl Lease {
             auto_extend: options.get_auto_extend(),
             acquired_at: now,
             native_ttl: options.get_ttl(),
-            hold_until: now.checked_add(options.get_hold_at_least()),
+            hold_until: Some(options.get_hold_at_least())
+                .filter(|hold| !hold.is_zero())
+                .and_then(|hold| now.checked_add(hold)),
             election: std::sync::OnceLock::new(),
             state: Mutex::new(State {
                 valid_until: grant.valid_until,
                 ttl: options.get_ttl(),
+                believed: options.get_ttl(),
                 released: false,
                 lost: None,
                 extensions: 0,
@@ -317,8 +326,11 @@ pub(crate) fn begin_extend<'a>(
     // SET … IFEQ … PX sets the expiry it is given, where the script only
     // moves it later: sent only with the lease's own TTL, and only while
     // nothing believes the lease for longer than that from now, so that it
-    // cuts no belief whenever it lands (`tests/model_lease.rs`).
+    // cuts no belief whenever it lands; never for a lease with a hold,
+    // whose release sets the keys to live to the hold's end, which a late
+    // one would cut short (`tests/model_lease.rs`).
     let native = (ttl == lease.native_ttl
+        && lease.hold_until.is_none()
         && st.valid_until <= start + ttl
         && shared.instances.extends_natively())
     .then(|| native::extend(&lease.target, &lease.value, ttl))
@@ -375,6 +387,7 @@ impl PendingExtend<'_> {
         if tally.yes.len() >= quorum && now < new_valid {
             st.valid_until = new_valid;
             st.ttl = self.ttl;
+            st.believed = believed;
             st.extensions += 1;
             st.failed_rounds = 0;
             lease.changed.notify_all();

@@ -138,14 +138,18 @@ impl Runner {
             if st.failed_rounds > 0 {
                 Instant::now() + self.retry_interval(st.ttl)
             } else {
-                // Renew once a third of the TTL has passed since the last
-                // grant or extension.
-                let validity = st.ttl.saturating_sub(self.shared.cfg.drift(st.ttl));
+                // Renew once a third of the believed TTL has passed since
+                // the last grant or extension: of what the validity rests
+                // on, not of what the last round asked for, or a round
+                // believed for less than it asked would be due at once,
+                // forever.
+                let believed = st.believed;
+                let validity = believed.saturating_sub(self.shared.cfg.drift(believed));
                 let renewed = st
                     .valid_until
                     .checked_sub(validity)
                     .unwrap_or(st.valid_until);
-                (renewed + st.ttl / 3).min(st.valid_until)
+                (renewed + believed / 3).min(st.valid_until)
             }
         } else {
             st.valid_until

@@ -136,6 +136,72 @@ fn a_late_acquire_after_a_lost_counter_does_not_send_tokens_backwards() {
     assert_eq!(store.read("r").map(|(_, v)| v).as_deref(), Some("Z"));
 }
 
+/// A hold is never cut short by an extension that lands late. A guard with
+/// a 2 s TTL and a 10 s hold asks for an extension with its own TTL (on
+/// Valkey 8.1+ and Redis 8.4+ the form that could be sent natively, `SET …
+/// IFEQ … PX`, which sets the expiry it is given); the request is held, the
+/// call gives up, and the guard is released: the release sets the keys to
+/// live to the hold's end. The held extension then lands. The keys must
+/// still live to the hold's end, and a rival must be refused until then.
+/// (When the extension went out natively, it set the keys back to 2 s and
+/// the once-only job could run again seconds into its hold.)
+#[test]
+fn a_late_extension_does_not_cut_a_hold_short() {
+    let net = Proxied::start(3);
+    let holder = build(net.builder().instance_timeout(Duration::from_millis(100)));
+    let ttl = Duration::from_secs(2);
+    let hold = Duration::from_secs(10);
+    let guard = holder
+        .lock_with(
+            "nightly",
+            LockOptions::new()
+                .ttl(ttl)
+                .hold_at_least(hold)
+                .auto_extend(false)
+                .wait(Duration::ZERO),
+        )
+        .expect("locks");
+    let hold_ends = std::time::Instant::now() + hold;
+    assert!(
+        eventually(Duration::from_secs(2), || lock_values(
+            &net.cluster,
+            "nightly"
+        )
+        .iter()
+        .all(|v| v.is_some())),
+        "the grant never reached all three instances"
+    );
+
+    net.set(&[0, 1, 2], Fault::DelayOpen(HELD));
+    assert!(
+        guard.extend(ttl).is_err(),
+        "the held extension cannot be confirmed in time"
+    );
+    guard
+        .release()
+        .expect("the release gets through on fresh connections");
+    let rival = build(net.builder());
+
+    wait_landed(&net);
+    let rest = hold_ends.saturating_duration_since(std::time::Instant::now());
+    assert!(rest > Duration::from_secs(4), "the test ran too slowly");
+    let pttls: Vec<i64> = net
+        .cluster
+        .iter()
+        .map(|server| server.pttl(&lock_key("nightly")))
+        .collect();
+    assert!(
+        pttls
+            .iter()
+            .all(|&pttl| pttl >= rest.as_millis() as i64 - 1_000),
+        "a late extension cut the hold short: {pttls:?} ms left of {rest:?}"
+    );
+    match rival.try_lock("nightly") {
+        Err(Error::Contended { .. }) => {}
+        other => panic!("a rival must be refused during the hold: {other:?}"),
+    }
+}
+
 /// The review's second finding: an extension that timed out may still
 /// land after a later one. A guard asks for 600 ms, the request is held,
 /// the call fails; it then asks for 10 s and gets it. The held 600 ms

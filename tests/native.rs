@@ -384,3 +384,47 @@ fn the_lock_path_sends_nothing_the_server_refuses() {
     })));
     assert_eq!(error_replies(&mut conns), before);
 }
+
+/// The watchdog renews a lease once a third of its TTL has passed, whatever
+/// `extend()` asked for. After a native extension, a longer `extend()` is
+/// believed only up to the lease's own TTL; the next renewal is then due a
+/// third of *that* after the round, not of the longer TTL (which put it in
+/// the past, and the watchdog sent thousands of rounds a second).
+#[test]
+fn the_watchdog_renews_once_a_third_of_the_ttl_after_a_longer_extend() {
+    let (cluster, has, locks) = three();
+    let ttl = Duration::from_millis(900);
+    let guard = locks
+        .lock_with("cadence", LockOptions::new().ttl(ttl))
+        .unwrap();
+    let extensions = |cluster: &RedisServers| -> Vec<u64> {
+        let set = calls(cluster, "set");
+        let eval = calls(cluster, "evalsha");
+        set.iter().zip(eval).map(|(a, b)| a + b).collect()
+    };
+    if has.compare_and_expire {
+        // The watchdog's first renewal goes out natively.
+        let before = calls(&cluster, "set");
+        assert!(all_reach(&cluster, "set", &before, 1), "no native renewal");
+    }
+    guard.extend(ttl * 10).unwrap();
+    let before = extensions(&cluster);
+    let window = Duration::from_secs(2);
+    std::thread::sleep(window);
+    let rounds = added(&before, &extensions(&cluster));
+    assert!(guard.is_held(), "the watchdog kept the lease");
+    // One renewal per 300 ms: about 7 in the window, some slack for a
+    // round that was due as the window opened.
+    let most = (window.as_millis() / (ttl / 3).as_millis()) as u64 + 2;
+    assert!(
+        rounds.iter().all(|&n| n <= most),
+        "{rounds:?} extension rounds in {window:?} (at most {most} expected)"
+    );
+    // Believed for 900 ms after a native extension, the lease must be
+    // renewed within the window; believed for 9 s elsewhere, it need not.
+    let least = if has.compare_and_expire { 2 } else { 0 };
+    assert!(
+        rounds.iter().all(|&n| n >= least),
+        "{rounds:?}: the watchdog stopped"
+    );
+}
