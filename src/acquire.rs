@@ -7,11 +7,14 @@
 //! later requests, after a restart), twice, or never, so the client sends no
 //! value that could create or lower a counter: only a proposal `P` (its
 //! reading of the instances' clocks, see `clock.rs`), which instances take
-//! when it lies within a millisecond ahead of their own clock, so that their
-//! answers agree. The token is the highest answer of the granting
-//! instances; if they disagree, a raise round (`lua/fence_raise.lua`) makes
-//! a quorum hold at least the token before it is handed out, so the next
-//! grant's quorum, which overlaps this one, counts above it.
+//! when it lies within a few milliseconds ahead of their own clock, so that
+//! their answers agree. The token is the quorum-th smallest answer of the
+//! granting instances ([`choose_token`]); if fewer than a quorum answered
+//! at least it, a raise round (`lua/fence_raise.lua`) makes a quorum hold
+//! at least the token before it is handed out, so the next grant's quorum,
+//! which overlaps this one, counts above it. No counter adopts a token
+//! further ahead of its own clock than a bound, so an instance clock that
+//! runs ahead cannot leave its tokens in the others' counters.
 //! `tests/model_fencing.rs` checks that tokens strictly increase with every
 //! request delivered late, out of order, twice or never, and counters lost
 //! or rolled back.
@@ -127,19 +130,23 @@ pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result
     let mut tokens = Vec::with_capacity(target.members.len());
     let mut disagree = false;
     for m in 0..target.members.len() {
-        let counters = tally.yes.iter().filter_map(|(_, c)| c.get(m).copied());
-        let Some(token) = counters.clone().max() else {
+        let answers: Vec<u64> = tally
+            .yes
+            .iter()
+            .filter_map(|(_, c)| c.get(m).copied())
+            .collect();
+        let Some((token, held)) = choose_token(answers, quorum) else {
             release_all(&|_| false);
             return Err(Failure::from(unavailable(0, Vec::new())));
         };
-        disagree |=
-            counters.clone().count() != tally.yes.len() || counters.into_iter().any(|c| c != token);
+        disagree |= !held;
         tokens.push(FencingToken::new(token));
     }
     if disagree {
-        // The granting answers disagree: make a quorum hold at least each
-        // token before handing it out, so the next grant's quorum, which
-        // overlaps this one, counts above it. Every member of a set goes in
+        // Fewer than a quorum answered at least the token: make a quorum
+        // hold at least each token before handing it out, so the next
+        // grant's quorum, which overlaps this one, counts above it. Every
+        // member of a set goes in
         // the round, not only those that disagree: an instance counts only
         // if it still holds the whole set, or the round could stand on
         // instances that lost a member since the vote.
@@ -200,6 +207,25 @@ pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result
     }
 }
 
+/// The token of one member from the granting instances' answers: the
+/// smallest value that a quorum of the answers does not exceed (the
+/// quorum-th smallest), and whether a quorum already holds it (answered at
+/// least it), so that no raise round is needed. `None` with fewer answers
+/// than a quorum.
+///
+/// Above every answer of some quorum, it is above every token handed out
+/// before (that quorum overlaps the one that held the earlier token). Not
+/// the highest answer: one instance whose clock runs ahead answers tokens
+/// from the future, and a token taken from it alone could only be held by
+/// raising the others' counters that far ahead of their clocks, which
+/// `lua/fence_raise.lua` refuses (`tests/model_fencing.rs`).
+fn choose_token(mut answers: Vec<u64>, quorum: usize) -> Option<(u64, bool)> {
+    answers.sort_unstable();
+    let token = *answers.get(quorum.checked_sub(1)?)?;
+    let held = answers.iter().filter(|&&a| a >= token).count() >= quorum;
+    Some((token, held))
+}
+
 /// One raise script per member, in one request.
 fn pack_raise(lagging: &[(&Keys, u64)], value: &str, idle: Duration) -> Arc<[u8]> {
     let idle_ms = idle.as_millis().to_string();
@@ -248,6 +274,22 @@ fn classify_acquire(values: &[Value]) -> Vote<Vec<u64>, Option<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_token_is_the_quorum_th_smallest_answer() {
+        // Agreeing answers: held at once.
+        assert_eq!(choose_token(vec![7, 7], 2), Some((7, true)));
+        // One instance ahead: the others' value, already held by a quorum.
+        assert_eq!(choose_token(vec![900, 7, 7], 2), Some((7, true)));
+        assert_eq!(choose_token(vec![900, 7, 8], 2), Some((8, true)));
+        assert_eq!(choose_token(vec![900, 7, 8, 6, 5], 3), Some((7, true)));
+        assert_eq!(choose_token(vec![900, 7, 8], 3), Some((900, false)));
+        // Only two of three granted, one ahead: its value, to be raised.
+        assert_eq!(choose_token(vec![900, 7], 2), Some((900, false)));
+        assert_eq!(choose_token(vec![3, 1, 2, 5, 4], 3), Some((3, true)));
+        assert_eq!(choose_token(vec![7], 2), None);
+        assert_eq!(choose_token(vec![], 0), None);
+    }
 
     #[test]
     fn replies_classify_as_votes() {

@@ -52,7 +52,17 @@ pub(crate) const PROPOSAL_WINDOW_MICROS: u64 = 5000;
 /// within 3 ms, whose clock lags the latest by at most 2 ms.
 pub(crate) const PROPOSAL_LEAD_MICROS: u64 = 3000;
 
+/// How far ahead of its own clock a counter adopts a token in a raise round
+/// (`MAX_AHEAD` in `lua/fence_raise.lua`): every token handed out lies
+/// within this of the clock of each instance of its quorum, so a counter
+/// lost and recreated more than this after a grant counts above it, even if
+/// another instance's clock ran ahead at that grant. Also the largest offset
+/// between instance clocks that raise rounds tolerate.
+pub(crate) const MAX_AHEAD_MICROS: u64 = 1_000_000;
+
 // A proposal ahead of the window would never be taken.
+const _: () = assert!(PROPOSAL_WINDOW_MICROS < MAX_AHEAD_MICROS);
+
 const _: () = assert!(PROPOSAL_LEAD_MICROS < PROPOSAL_WINDOW_MICROS);
 
 /// An EVALSHA command packed once, shared by every instance's worker.
@@ -193,6 +203,12 @@ pub(crate) fn announce_command(sharded: bool) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_raise_script_uses_the_same_bound() {
+        let line = format!("local MAX_AHEAD = {MAX_AHEAD_MICROS}\n");
+        assert!(FENCE_RAISE_SOURCE.contains(&line), "{line}");
+    }
 
     #[test]
     fn the_acquire_script_uses_the_same_window() {

@@ -741,3 +741,80 @@ fn characterisation_a_corrected_forward_jump_then_lost_counters_send_tokens_back
         "tokens went back by more than the jump: {during} then {after_loss}"
     );
 }
+
+// ---------------------------------------------------------------------------
+// 5. A minority clock ahead, corrected, then a rolling restart.
+// ---------------------------------------------------------------------------
+
+/// One instance's clock runs ahead (a minority) while grants count its
+/// answer; the clock is corrected, and the other two restart without
+/// persistence, one at a time (each restart alone is safe for tokens). The
+/// next grant, on the two restarted instances, counts from their clocks:
+/// its token must still be above every token handed out before.
+///
+/// No counter adopts a token further ahead of its own clock than a bound
+/// (`lua/fence_raise.lua`), and the token is the quorum-th smallest answer,
+/// not the highest: a grant on {A, B} whose token only A's clock could give
+/// is refused, and grants on all three take B's and C's value. (When a
+/// raise round took the highest answer and raised every counter to it, B
+/// and C remembered A's clock error after it was corrected, and the grant
+/// after their restart came out 20 s below the earlier tokens.)
+#[test]
+fn a_minority_clock_ahead_then_a_rolling_restart_keeps_tokens_increasing() {
+    let _turn = serial();
+    let Some(cluster) = fake_clock_cluster(3) else {
+        return;
+    };
+    let locks = client(&cluster);
+    let (a, b, c) = (0, 1, 2);
+    let mut handed_out = vec![token_of(&locks, "excursion")];
+
+    jump_forward(&cluster, &[a], JUMP);
+    // With C out of reach, a grant must count A's answer.
+    cluster.stop(&[c]);
+    match locks.lock_with(
+        "excursion",
+        fixed(Duration::from_secs(5)).wait(Duration::from_millis(500)),
+    ) {
+        Ok(guard) => {
+            handed_out.push(guard.token().get());
+            guard.release().expect("release");
+        }
+        // B does not take a token 20 s ahead of its clock.
+        Err(Error::Unavailable { .. }) | Err(Error::Contended { .. }) => {}
+        Err(e) => panic!("unexpected {e:?}"),
+    }
+    cluster.cont(&[c]);
+    for _ in 0..3 {
+        handed_out.push(token_of(&locks, "excursion"));
+    }
+    // How far B's and C's counters ran ahead of their own clocks.
+    let ahead: Vec<i64> = [b, c]
+        .iter()
+        .map(|&i| {
+            let count = counter(cluster.server(i), "excursion").unwrap_or(0);
+            count as i64 - instance_micros(cluster.server(i)) as i64
+        })
+        .collect();
+
+    jump_back(&cluster, &[a], JUMP);
+    for i in [b, c] {
+        cluster.server(i).kill();
+        cluster.server(i).restart();
+    }
+    cluster.stop(&[a]);
+    let after = token_of(&locks, "excursion");
+    cluster.cont(&[a]);
+    let before = handed_out.iter().copied().max().unwrap_or(0);
+    eprintln!("tokens during the excursion {handed_out:?}, after the restarts {after}");
+    assert!(
+        after > before,
+        "the token after the restarts, {after}, is {} µs below an earlier one \
+         (B's and C's counters had run {ahead:?} µs ahead of their clocks)",
+        before - after
+    );
+    assert!(
+        ahead.iter().all(|&us| us <= 1_000_000),
+        "B and C adopted tokens {ahead:?} µs ahead of their clocks"
+    );
+}
