@@ -64,9 +64,10 @@ const RAISE_DELAY: Duration = Duration::from_millis(250);
 
 /// Locks the set `members` with one attempt while the proxies delay every
 /// exchange, after setting the fencing counter of each member in `lagging`
-/// to a different value on every instance, far above the clock (so that
+/// to a different value on every instance, above the clock (so that
 /// whichever quorum grants, its counters for that member disagree and a
-/// raise round follows). As soon as the acquisition holds every member on
+/// raise round follows), by less than the 1 s ahead of its clock that an
+/// instance's counter may be raised. As soon as the acquisition holds every member on
 /// every instance, member `taken` is given to another holder on instances
 /// 0, 1 and 2 (a majority), before the raise lands.
 fn lock_set_while_a_member_is_taken(
@@ -77,7 +78,9 @@ fn lock_set_while_a_member_is_taken(
     taken: usize,
 ) -> Result<redfence::MultiGuard, Error> {
     let names: Vec<&str> = members.iter().map(String::as_str).collect();
-    let high = server_micros(env.cluster.server(0)) + 1_000_000_000_000;
+    // Above the clock when the acquisition lands (about 250 ms from now),
+    // within 1 s of it when the raise lands (about 750 ms).
+    let high = server_micros(env.cluster.server(0)) + 800_000;
     for &m in lagging {
         for (i, server) in env.cluster.iter().enumerate() {
             let value = (high + 1000 * i as u64).to_string();

@@ -130,8 +130,10 @@ fn a_raise_round_lifts_the_lagging_counters() {
     let locks = client(&cluster);
     let key = fence_key("raise");
     // Two of three agree, one is ahead: any quorum of two that includes the
-    // high one disagrees and must raise; one that does not agrees.
-    let base = ahead(1);
+    // high one disagrees and must raise; one that does not agrees. Ahead of
+    // the clocks (grants count up from the counters), but by less than the
+    // 1 s a counter may be raised ahead of its instance's clock.
+    let base = now_micros() + 200_000;
     let set = |i: usize, v: u64| {
         cluster
             .server(i)
@@ -148,6 +150,54 @@ fn a_raise_round_lifts_the_lagging_counters() {
     // The quorum {0, 1} was raised to at least the token.
     let low: u64 = cluster.server(1).get(&key).unwrap().parse().unwrap();
     assert!(low >= base + 5001, "lagging counter not raised: {low}");
+}
+
+/// A counter never adopts a token further ahead of its own clock than 1 s:
+/// with one instance's counter far ahead (its clock ran ahead once) and a
+/// quorum that must count it, the raise is refused and so is the grant;
+/// with every instance answering, the token is the others' value and their
+/// counters stay by their clocks.
+#[test]
+fn a_raise_never_takes_a_counter_far_ahead_of_its_clock() {
+    let cluster = RedisServers::start(3);
+    let locks = builder(&cluster)
+        .instance_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let key = fence_key("far");
+    let far = ahead(1);
+    cluster
+        .server(0)
+        .cmd(&["SET", &key, &far.to_string()])
+        .unwrap();
+    cluster.stop(&[2]);
+    let once = LockOptions::new().wait(Duration::ZERO);
+    let refused = locks.lock_with("far", once);
+    cluster.cont(&[2]);
+    assert!(
+        refused.is_err(),
+        "granted with token {:?}: only instance 0 can hold it",
+        refused.map(|g| g.token())
+    );
+    let lagging: u64 = cluster.server(1).get(&key).unwrap().parse().unwrap();
+    assert!(lagging < now_micros() + 1_000_000, "raised to {lagging}");
+    assert!(eventually(Duration::from_secs(5), || !cluster
+        .iter()
+        .any(|s| s.exists(&lock_key("far")))));
+
+    let token = token_of(&locks, "far");
+    assert!(
+        token < now_micros() + 1_000_000,
+        "{token}: the far counter's"
+    );
+    assert!(locks.ping().iter().all(|(_, r)| r.is_ok()));
+    for i in [1, 2] {
+        let counter: u64 = cluster.server(i).get(&key).unwrap().parse().unwrap();
+        assert!(
+            counter < now_micros() + 1_000_000,
+            "instance {i}: {counter}"
+        );
+    }
 }
 
 /// A counter can come back older than tokens handed out since: an instance

@@ -16,9 +16,11 @@
 //!   time are not modelled: with exclusion, only their requests' timing
 //!   differs, and that is what landing late covers.)
 //! * The client decides whenever it has the answers it needs: a quorum of
-//!   grants (token = the highest; a raise round when the answers differ,
-//!   standing only if a quorum confirms while still holding the lock), or
-//!   it gives up at any time and releases.
+//!   grants (token = the quorum-th smallest answer; a raise round when fewer
+//!   than a quorum answered at least it, standing only if a quorum confirms
+//!   while still holding the lock), or it gives up at any time and releases.
+//!   A raise never takes a counter more than `MAX_AHEAD` ahead of its
+//!   instance's own clock (`lua/fence_raise.lua`).
 //! * The client's proposal `P` is its start time or half a tick ahead; a
 //!   request that lands late carries a proposal from the past, which is
 //!   what a wrong clock reading amounts to.
@@ -35,28 +37,34 @@
 //!
 //! # What is assumed
 //!
-//! Time advances in ticks; every instance clock reads `tick × K`, and a
-//! token may be created at most `EPS = K / 2` (half a tick) ahead of it. An
-//! instance that lost its data or was restored answers again only a tick
-//! later:
-//! the protocol's assumption that a lost or rolled-back counter is next used
-//! more than `EPS` plus the offset between instance clocks after any grant
-//! (clock offsets are folded into that gap). Fewer than `K` grants happen in
-//! one tick (fewer than a million a second).
+//! Time advances in ticks; instance clocks read `tick × K`, except instance
+//! 0's, which may run `2 × K` ahead from the start until it is corrected
+//! (a step back) at any point: one clock of three, a minority, far beyond
+//! the bound. A token may be created at most `EPS = K / 2` (half a tick)
+//! ahead of the clock of the instance that makes it. An instance that lost
+//! its data or was restored answers again only a tick later: the protocol's
+//! assumption that a lost or rolled-back counter is next used more than
+//! `MAX_AHEAD` after any grant. Fewer than `K` grants happen in one tick
+//! (fewer than a million a second).
 //!
 //! # Variants
 //!
-//! The previous acquire is a variant that must fail: a missing counter
-//! created from the client's `P` as sent (`SET fence P NX`, then `INCR`),
-//! which lets a late acquire recreate a lost counter from the past (the
-//! outside review's first finding; a 10-step counterexample).
+//! Two variants must fail, each with its counterexample printed:
 //!
-//! Two attempts are what the machine can search exhaustively here (1.8
-//! million states; three outgrow 6 GB). The clock floor and the raise round
-//! need a third grant to show their worth, so their absence is shown on
-//! real servers instead: `tests/late_requests.rs` (counters restored from
-//! older snapshots) and `tests/fencing.rs` (diverged counters), each caught
-//! by `.ci/mutants.sh` without the floor or the raise round.
+//! * a missing counter created from the client's `P` as sent (`SET fence P
+//!   NX`, then `INCR`), which lets a late acquire recreate a lost counter
+//!   from the past (12 steps);
+//! * the highest answer as the token, every counter raised to it: one
+//!   instance's clock ahead puts its tokens in another's counter, which
+//!   after that one's restart leaves the next grant below (13 steps).
+//!
+//! The design is searched exhaustively (about 9 million states with
+//! instances 1 and 2 taken as interchangeable, under a minute on two
+//! cores); the counterexamples in a smaller space where the client never
+//! gives up and locks never vanish. Three attempts outgrow the machine. The
+//! clock floor needs a third grant to show its worth, so its absence is
+//! shown on real servers instead: `tests/late_requests.rs` (counters
+//! restored from older snapshots), caught by `.ci/mutants.sh` without it.
 //!
 //! Sets of resources run the same script per member, all or none; their
 //! raise round confirms every member (`tests/contracts.rs` checks that on
@@ -81,18 +89,29 @@ const CONCURRENT: usize = 1;
 const MAX_TICK: u8 = 2;
 /// Ticks an instance stays away after losing or rolling back its data.
 const DOWN: u8 = 1;
+/// How far ahead of its own clock a raise takes a counter
+/// (`MAX_AHEAD` in `lua/fence_raise.lua`): less than `DOWN` ticks.
+const MAX_AHEAD: u16 = K - 1;
+/// How far instance 0's clock may run ahead, from the start until it is
+/// corrected: two ticks, far beyond the bound. One instance of three is a
+/// minority; which one does not matter, the instances start alike.
+const EXCURSION: u16 = 2 * K;
 
 const TOKENS_INCREASE: &str = "a token is above every token handed out before its attempt";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Rules {
-    /// The design: `lua/acquire.lua` as it is.
+    /// The design: `lua/acquire.lua` and `lua/fence_raise.lua` as they
+    /// are, and the client's token the quorum-th smallest answer.
     Design,
     /// `SET fence P NX` then `INCR`: the previous acquire.
     ClientSeed,
+    /// The previous token choice: the highest answer, every counter raised
+    /// to it whatever the instance's clock says.
+    Highest,
 }
 
-#[derive(Clone, Copy, Debug, Default, Hash, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Hash, PartialEq, Eq, PartialOrd, Ord)]
 struct Inst {
     counter: Option<u16>,
     lock: Option<u8>,
@@ -100,18 +119,20 @@ struct Inst {
     down_until: u8,
 }
 
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
 enum Phase {
     Voting,
     Raising(u16),
     Done,
 }
 
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
 struct Attempt {
     proposal: u16,
     /// The highest token handed out when the attempt started.
     floor: u16,
+    /// The token its raise round asks for (what a late raise carries).
+    raise_token: u16,
     phase: Phase,
     /// Instances whose acquire is still on its way.
     acquire_pending: u8,
@@ -121,22 +142,30 @@ struct Attempt {
     confirmed: u8,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
 struct State {
     tick: u8,
     inst: [Inst; N],
     attempts: Vec<Attempt>,
     issued: Vec<u16>,
     faults: u8,
+    /// How far instance 0's clock runs ahead now.
+    skew: u16,
+    /// Instance 0's clock ran ahead at some point.
+    excursion: bool,
     backwards: bool,
     raised_grant: bool,
     grant_after_fault: bool,
+    /// A grant after a clock excursion was corrected and a counter lost.
+    grant_after_excursion: bool,
     late_acquire: bool,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 enum Action {
-    Start { ahead: i8 },
+    Start {
+        ahead: i8,
+    },
     LandAcquire(usize, usize),
     Decide(usize),
     LandRaise(usize, usize),
@@ -146,15 +175,29 @@ enum Action {
     Lost(usize),
     Snapshot(usize),
     Restore(usize),
+    /// Instance 0's clock, ahead since the start, is corrected (a step
+    /// back).
+    ClockFixed,
 }
 
 struct FencingModel {
     rules: Rules,
     max_faults: u8,
+    /// Whether instance 0's clock may run ahead and be corrected.
+    clock_faults: bool,
+    /// Only what a counterexample needs: the client never gives up, locks
+    /// never vanish, no snapshots (a smaller space, searched deeper).
+    quiet: bool,
 }
 
+/// Real time, in clock units: what the client's proposal reads.
 fn clock(s: &State) -> u16 {
     u16::from(s.tick) * K
+}
+
+/// Instance `i`'s own clock.
+fn clock_of(s: &State, i: usize) -> u16 {
+    clock(s) + if i == 0 { s.skew } else { 0 }
 }
 
 fn up(s: &State, i: usize) -> bool {
@@ -168,7 +211,7 @@ impl FencingModel {
         if s.inst[i].lock.is_some() {
             return None;
         }
-        let now = clock(s);
+        let now = clock_of(s, i);
         let p = s.attempts[a].proposal;
         let token = match (self.rules, s.inst[i].counter) {
             (Rules::ClientSeed, None) => p + 1,
@@ -189,6 +232,30 @@ impl FencingModel {
         }
         s.issued.push(token);
         s.attempts[a].phase = Phase::Done;
+        s.grant_after_excursion |= s.excursion && s.skew == 0 && s.faults > 0;
+    }
+
+    /// The token from the granting answers, and whether a quorum already
+    /// holds it (no raise round needed).
+    fn choose(&self, answers: &mut [u16]) -> (u16, bool) {
+        answers.sort_unstable();
+        let token = match self.rules {
+            Rules::Highest => answers.last().copied().unwrap_or(0),
+            Rules::Design | Rules::ClientSeed => answers[QUORUM - 1],
+        };
+        let held = answers.iter().filter(|&&t| t >= token).count() >= QUORUM;
+        (token, held)
+    }
+
+    /// `lua/fence_raise.lua` on instance `i`: whether its counter now holds
+    /// at least `token`.
+    fn raise(&self, s: &mut State, i: usize, token: u16) -> bool {
+        let now = clock_of(s, i);
+        let current = s.inst[i].counter.unwrap_or(now);
+        let adopt = self.rules == Rules::Highest || token <= now + MAX_AHEAD;
+        let counter = if adopt { current.max(token) } else { current };
+        s.inst[i].counter = Some(counter);
+        counter >= token
     }
 
     fn release(s: &mut State, a: usize) {
@@ -206,17 +273,28 @@ impl Model for FencingModel {
     type Action = Action;
 
     fn init_states(&self) -> Vec<State> {
-        vec![State {
-            tick: 1,
-            inst: [Inst::default(); N],
-            attempts: Vec::new(),
-            issued: Vec::new(),
-            faults: 0,
-            backwards: false,
-            raised_grant: false,
-            grant_after_fault: false,
-            late_acquire: false,
-        }]
+        let skews: &[u16] = if self.clock_faults {
+            &[0, EXCURSION]
+        } else {
+            &[0]
+        };
+        skews
+            .iter()
+            .map(|&skew| State {
+                tick: 1,
+                inst: [Inst::default(); N],
+                attempts: Vec::new(),
+                issued: Vec::new(),
+                faults: 0,
+                skew,
+                excursion: skew > 0,
+                backwards: false,
+                raised_grant: false,
+                grant_after_fault: false,
+                grant_after_excursion: false,
+                late_acquire: false,
+            })
+            .collect()
     }
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
@@ -249,16 +327,19 @@ impl Model for FencingModel {
                 }
                 _ => {}
             }
-            if att.phase != Phase::Done {
+            if att.phase != Phase::Done && !self.quiet {
                 actions.push(Action::GiveUp(a));
             }
         }
         for i in 0..N {
-            if s.inst[i].lock.is_some() {
+            if s.inst[i].lock.is_some() && !self.quiet {
                 actions.push(Action::LockGone(i));
             }
             if s.faults < self.max_faults && up(s, i) {
                 actions.push(Action::Lost(i));
+                if self.quiet {
+                    continue;
+                }
                 let snapshots = s.inst.iter().filter(|x| x.snapshot.is_some()).count();
                 if snapshots == 0 && s.inst[i].counter.is_some() {
                     actions.push(Action::Snapshot(i));
@@ -267,6 +348,9 @@ impl Model for FencingModel {
                     actions.push(Action::Restore(i));
                 }
             }
+        }
+        if s.skew > 0 {
+            actions.push(Action::ClockFixed);
         }
         if s.tick < MAX_TICK {
             actions.push(Action::Tick);
@@ -281,6 +365,7 @@ impl Model for FencingModel {
                 s.attempts.push(Attempt {
                     proposal: p as u16,
                     floor: s.issued.iter().copied().max().unwrap_or(0),
+                    raise_token: 0,
                     phase: Phase::Voting,
                     acquire_pending: (1 << N) - 1,
                     granted: [None; N],
@@ -298,14 +383,15 @@ impl Model for FencingModel {
             }
             Action::Decide(a) => match s.attempts[a].phase {
                 Phase::Voting => {
-                    let answers: Vec<u16> =
+                    let mut answers: Vec<u16> =
                         s.attempts[a].granted.iter().flatten().copied().collect();
-                    let token = answers.iter().copied().max().unwrap_or(0);
+                    let (token, held) = self.choose(&mut answers);
                     s.grant_after_fault |= s.faults > 0;
-                    if answers.iter().all(|&t| t == token) {
+                    if held {
                         Self::hand_out(&mut s, a, token);
                     } else {
                         s.attempts[a].phase = Phase::Raising(token);
+                        s.attempts[a].raise_token = token;
                         s.attempts[a].raise_pending = (1 << N) - 1;
                     }
                 }
@@ -317,22 +403,11 @@ impl Model for FencingModel {
             },
             Action::LandRaise(a, i) => {
                 s.attempts[a].raise_pending &= !(1 << i);
-                let token = match s.attempts[a].phase {
-                    Phase::Raising(t) => t,
-                    // A late raise of a decided attempt: its token is the
-                    // highest answer it had (what it sent).
-                    _ => s.attempts[a]
-                        .granted
-                        .iter()
-                        .flatten()
-                        .copied()
-                        .max()
-                        .unwrap_or(0),
-                };
-                let now = clock(&s);
-                let current = s.inst[i].counter.unwrap_or(now);
-                s.inst[i].counter = Some(current.max(token));
-                if matches!(s.attempts[a].phase, Phase::Raising(_))
+                // A late raise of a decided attempt carries what it sent.
+                let token = s.attempts[a].raise_token;
+                let held = self.raise(&mut s, i, token);
+                if held
+                    && matches!(s.attempts[a].phase, Phase::Raising(_))
                     && s.inst[i].lock == Some(a as u8)
                 {
                     s.attempts[a].confirmed |= 1 << i;
@@ -354,6 +429,7 @@ impl Model for FencingModel {
                 s.inst[i].lock = None;
                 s.inst[i].down_until = s.tick + DOWN;
             }
+            Action::ClockFixed => s.skew = 0,
         }
         Some(s)
     }
@@ -368,8 +444,38 @@ impl Model for FencingModel {
             Property::<Self>::sometimes("an acquire grants after its attempt decided", |_, s| {
                 s.late_acquire
             }),
+            Property::<Self>::sometimes(
+                "a grant after a corrected clock excursion and a lost counter",
+                |_, s| s.grant_after_excursion && s.issued.len() >= 2,
+            ),
         ]
     }
+}
+
+/// Instances 1 and 2 are interchangeable (only instance 0's clock may run
+/// ahead): states that differ only by swapping them are one (symmetry
+/// reduction).
+fn representative(s: &State) -> State {
+    let swap_bits = |b: u8| (b & 1) | ((b & 2) << 1) | ((b & 4) >> 1);
+    let mut t = s.clone();
+    t.inst.swap(1, 2);
+    for a in &mut t.attempts {
+        a.granted.swap(1, 2);
+        a.acquire_pending = swap_bits(a.acquire_pending);
+        a.raise_pending = swap_bits(a.raise_pending);
+        a.confirmed = swap_bits(a.confirmed);
+    }
+    if t < *s {
+        t
+    } else {
+        s.clone()
+    }
+}
+
+/// Every core the machine has: the search is the only heavy work of its
+/// test binary.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 fn report(label: &str, start: Instant, checker: &impl Checker<FencingModel>) {
@@ -380,11 +486,15 @@ fn report(label: &str, start: Instant, checker: &impl Checker<FencingModel>) {
     );
 }
 
-fn counterexample(rules: Rules) -> Vec<Action> {
+/// The shortest behaviour that sends tokens back under `rules`, and how far
+/// instance 0's clock ran ahead at its start.
+fn counterexample(rules: Rules, clock_faults: bool) -> (Vec<Action>, u16) {
     let start = Instant::now();
     let checker = FencingModel {
         rules,
         max_faults: 1,
+        clock_faults,
+        quiet: true,
     }
     .checker()
     .target_state_count(BOUND)
@@ -394,14 +504,18 @@ fn counterexample(rules: Rules) -> Vec<Action> {
     let path = checker
         .discovery(TOKENS_INCREASE)
         .unwrap_or_else(|| panic!("{rules:?} must send tokens backwards"));
+    let skew = path.clone().into_states().first().map_or(0, |s| s.skew);
     let actions = path.into_actions();
-    println!("counterexample ({} steps): {actions:?}", actions.len());
-    actions
+    println!(
+        "counterexample ({} steps, instance 0's clock {skew} units ahead at the start): {actions:?}",
+        actions.len()
+    );
+    (actions, skew)
 }
 
 /// A safety net on the searches' size (the design's whole space is about
-/// 1.8 million states).
-const BOUND: usize = 4_000_000;
+/// 9 million states).
+const BOUND: usize = 40_000_000;
 
 /// The design, exhaustively: every behaviour of two attempts, with every
 /// request late, out of order or lost, and a lost or restored counter.
@@ -411,16 +525,21 @@ fn tokens_strictly_increase_with_late_and_lost_requests() {
     let checker = FencingModel {
         rules: Rules::Design,
         max_faults: 1,
+        clock_faults: true,
+        quiet: false,
     }
     .checker()
+    .threads(cores())
+    .symmetry_fn(representative)
     .target_state_count(BOUND)
-    .spawn_bfs()
+    .spawn_dfs()
     .join();
     report("design", start, &checker);
     assert!(checker.is_done(), "the search must be exhaustive");
     checker.assert_no_discovery(TOKENS_INCREASE);
     checker.assert_any_discovery("a grant after a lost or restored counter");
     checker.assert_any_discovery("an acquire grants after its attempt decided");
+    checker.assert_any_discovery("a grant after a corrected clock excursion and a lost counter");
 }
 
 /// The previous acquire created a missing counter from the seed the client
@@ -428,6 +547,22 @@ fn tokens_strictly_increase_with_late_and_lost_requests() {
 /// was lost and newer tokens were handed out, recreates it from the past.
 #[test]
 fn a_counter_created_from_the_clients_seed_sends_tokens_backwards() {
-    let actions = counterexample(Rules::ClientSeed);
+    let (actions, _) = counterexample(Rules::ClientSeed, false);
     assert!(actions.iter().any(|a| matches!(a, Action::Lost(_))));
+}
+
+/// The previous token choice (the review's third finding): the highest
+/// answer, with every counter raised to it. One instance's clock runs
+/// ahead; a grant on it and one other raises that other's counter to the
+/// future; that other loses its counter; the next grant, on the two
+/// instances whose clocks are right, counts below. (Whether the clock was
+/// corrected in between does not matter: the next quorum need not include
+/// it.)
+#[test]
+fn the_highest_answer_raised_everywhere_sends_tokens_back_after_a_clock_excursion() {
+    let (actions, skew) = counterexample(Rules::Highest, true);
+    assert!(skew > 0, "the counterexample needs a clock ahead");
+    assert!(actions
+        .iter()
+        .any(|a| matches!(a, Action::Lost(_) | Action::Restore(_))));
 }
