@@ -80,6 +80,9 @@ const LONG: u8 = 6;
 const FIRST_TTL: u8 = 3;
 const MAX_ROUNDS: u8 = 3;
 const MAX_TICK: u8 = 7;
+/// A lease with a hold (`LockOptions::hold_at_least`): its release keeps the
+/// keys until this tick.
+const HOLD_END: u8 = MAX_TICK;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Expire {
@@ -114,6 +117,17 @@ struct LeaseState {
     last_success: u8,
     /// A request landed after a later round had succeeded.
     landed_after_later: bool,
+    /// The hold's release (`lua/release_hold.lua`) was sent: no round
+    /// follows it.
+    released: bool,
+    /// A quorum applied the hold's release in time: the client reported
+    /// the release done, and the keys must live until `HOLD_END`.
+    hold_confirmed: bool,
+    /// Instances the hold's release is still on its way to, with the rest
+    /// of the hold it carries (computed when it was sent).
+    hold_in_flight: Vec<(usize, u8)>,
+    /// A request landed after the hold's release.
+    landed_after_release: bool,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -128,6 +142,14 @@ enum LeaseAction {
     },
     /// The request in flight at this position lands.
     Land(usize),
+    /// The holder releases a lease with a hold: `now` applied in time,
+    /// `late` on their way.
+    ReleaseHold {
+        now: u8,
+        late: u8,
+    },
+    /// The hold's release in flight at this position lands.
+    LandHold(usize),
 }
 
 struct ExtendModel {
@@ -137,6 +159,16 @@ struct ExtendModel {
     /// cut it to the round's own end (the previous code, for a plain
     /// `PEXPIRE` that may have shortened some keys).
     shorten_on_failure: bool,
+    /// The lease has a hold: its release sets the keys to live until
+    /// `HOLD_END`.
+    hold: bool,
+    /// Whether a lease with a hold may extend natively (the previous rule:
+    /// a late `SET … PX` then cuts the hold short).
+    native_with_hold: bool,
+    /// Extension rounds in one run: `MAX_ROUNDS`, or fewer with a hold (its
+    /// release multiplies the space; two rounds, one of them landing after
+    /// the release, are what a late extension needs).
+    max_rounds: u8,
 }
 
 impl ExtendModel {
@@ -157,8 +189,23 @@ impl ExtendModel {
         }
     }
 
+    /// `lua/release_hold.lua` on instance `i`: our key now expires `rest`
+    /// ticks from when it runs (lengthened or shortened: it is ours).
+    fn apply_hold(s: &mut LeaseState, i: usize, rest: u8) -> bool {
+        match s.keys[i] {
+            None => false,
+            Some(_) => {
+                s.keys[i] = Some(s.tick + rest);
+                true
+            }
+        }
+    }
+
     /// Whether a round asking `ttl` is sent as the native command.
     fn native(&self, s: &LeaseState, ttl: u8) -> bool {
+        if self.hold && !self.native_with_hold {
+            return false;
+        }
         match self.expire {
             Expire::Native {
                 ttl: native,
@@ -208,6 +255,10 @@ impl Model for ExtendModel {
             rounds: 0,
             last_success: 0,
             landed_after_later: false,
+            released: false,
+            hold_confirmed: false,
+            hold_in_flight: Vec::new(),
+            landed_after_release: false,
         }]
     }
 
@@ -215,8 +266,22 @@ impl Model for ExtendModel {
         if s.tick < MAX_TICK {
             actions.push(LeaseAction::Tick);
         }
-        // The watchdog and `extend()` only extend a lease they still hold.
-        if s.rounds < MAX_ROUNDS && s.tick < s.valid_until {
+        // The watchdog and `extend()` only extend a lease they still hold,
+        // and not once it is released.
+        let believed = s.tick < s.valid_until && !s.released;
+        if self.hold && believed {
+            for now in 0..1u8 << N {
+                for late in 0..1u8 << N {
+                    if now & late == 0 {
+                        actions.push(LeaseAction::ReleaseHold { now, late });
+                    }
+                }
+            }
+        }
+        for k in 0..s.hold_in_flight.len() {
+            actions.push(LeaseAction::LandHold(k));
+        }
+        if s.rounds < self.max_rounds && believed {
             for &ttl in self.ttls() {
                 for now in 0..1u8 << N {
                     for late in 0..1u8 << N {
@@ -265,7 +330,22 @@ impl Model for ExtendModel {
             LeaseAction::Land(k) => {
                 let (i, ttl, round, native) = s.in_flight.remove(k);
                 s.landed_after_later |= round < s.last_success;
+                s.landed_after_release |= s.released;
                 self.apply(&mut s, i, ttl, native);
+            }
+            LeaseAction::ReleaseHold { now, late } => {
+                s.released = true;
+                let rest = HOLD_END - s.tick;
+                let confirmed = members(now)
+                    .filter(|&i| Self::apply_hold(&mut s, i, rest))
+                    .count();
+                s.hold_in_flight.extend(members(late).map(|i| (i, rest)));
+                s.hold_in_flight.sort_unstable();
+                s.hold_confirmed = confirmed >= QUORUM;
+            }
+            LeaseAction::LandHold(k) => {
+                let (i, rest) = s.hold_in_flight.remove(k);
+                Self::apply_hold(&mut s, i, rest);
             }
         }
         Some(s)
@@ -273,8 +353,11 @@ impl Model for ExtendModel {
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
+            // A released lease is believed no more (its release may even
+            // shorten its own keys, to the rest of the hold).
             Property::<Self>::always("a believed lease is held by a quorum", |_, s| {
-                s.tick >= s.valid_until
+                s.released
+                    || s.tick >= s.valid_until
                     || s.keys
                         .iter()
                         .filter(|k| k.is_some_and(|e| e > s.tick))
@@ -283,6 +366,15 @@ impl Model for ExtendModel {
             }),
             Property::<Self>::sometimes("a late extension lands after a later round", |_, s| {
                 s.landed_after_later
+            }),
+            Property::<Self>::always("a confirmed hold is never cut short", |_, s| {
+                !s.hold_confirmed
+                    || s.tick >= HOLD_END
+                    || s.keys
+                        .iter()
+                        .filter(|k| k.is_some_and(|e| e > s.tick))
+                        .count()
+                        >= QUORUM
             }),
         ]
     }
@@ -299,7 +391,13 @@ fn lease_representative(s: &LeaseState) -> LeaseState {
             .map(|f| (f.1, f.2, f.3))
             .collect();
         flying.sort_unstable();
-        (s.keys[i], flying)
+        let holding: Vec<u8> = s
+            .hold_in_flight
+            .iter()
+            .filter(|f| f.0 == i)
+            .map(|f| f.1)
+            .collect();
+        (s.keys[i], flying, holding)
     };
     let mut order: Vec<usize> = (0..N).collect();
     order.sort_by_key(|&i| key(i));
@@ -311,6 +409,10 @@ fn lease_representative(s: &LeaseState) -> LeaseState {
         f.0 = order.iter().position(|&old| old == f.0).unwrap_or(f.0);
     }
     r.in_flight.sort_unstable();
+    for f in &mut r.hold_in_flight {
+        f.0 = order.iter().position(|&old| old == f.0).unwrap_or(f.0);
+    }
+    r.hold_in_flight.sort_unstable();
     r
 }
 
@@ -475,6 +577,9 @@ fn extensions_never_cut_a_lease_the_client_believes_in() {
     let checker = ExtendModel {
         expire: Expire::Gt,
         shorten_on_failure: false,
+        hold: false,
+        native_with_hold: false,
+        max_rounds: MAX_ROUNDS,
     }
     .checker()
     .symmetry_fn(lease_representative)
@@ -491,6 +596,9 @@ fn a_plain_pexpire_lets_a_late_short_extension_cut_the_lease() {
     let checker = ExtendModel {
         expire: Expire::Plain,
         shorten_on_failure: true,
+        hold: false,
+        native_with_hold: false,
+        max_rounds: MAX_ROUNDS,
     }
     .checker()
     .spawn_bfs()
@@ -517,6 +625,9 @@ fn native_extensions_of_the_leases_own_ttl_never_cut_a_believed_lease() {
             cap: true,
         },
         shorten_on_failure: false,
+        hold: false,
+        native_with_hold: false,
+        max_rounds: MAX_ROUNDS,
     }
     .checker()
     .symmetry_fn(lease_representative)
@@ -537,6 +648,9 @@ fn native_counterexample(only_within: bool, cap: bool) -> (Vec<LeaseAction>, boo
             cap,
         },
         shorten_on_failure: false,
+        hold: false,
+        native_with_hold: false,
+        max_rounds: MAX_ROUNDS,
     }
     .checker()
     .spawn_bfs()
@@ -573,6 +687,72 @@ fn a_native_extension_sent_under_a_longer_belief_cuts_it() {
     assert!(actions
         .iter()
         .any(|a| matches!(a, LeaseAction::Round { ttl: LONG, .. })));
+}
+
+/// A lease with a hold, on servers with the native extension: the design
+/// extends it only with `PEXPIRE … GT`, so an extension landing after the
+/// hold's release only lengthens the keys.
+#[test]
+fn a_hold_is_never_cut_short_by_a_late_extension() {
+    let start = Instant::now();
+    let checker = ExtendModel {
+        expire: Expire::Native {
+            ttl: FIRST_TTL,
+            only_within: true,
+            cap: true,
+        },
+        shorten_on_failure: false,
+        hold: true,
+        native_with_hold: false,
+        max_rounds: 2,
+    }
+    .checker()
+    .threads(cores())
+    .symmetry_fn(lease_representative)
+    .spawn_dfs()
+    .join();
+    report("a lease with a hold", start, &checker);
+    assert!(checker.is_done());
+    checker.assert_properties();
+}
+
+/// The review's first finding: a native extension of a lease with a hold,
+/// held up and landing after the hold's release, sets the keys back to the
+/// lease's TTL from then.
+#[test]
+fn a_native_extension_landing_after_a_hold_release_cuts_the_hold() {
+    let checker = ExtendModel {
+        expire: Expire::Native {
+            ttl: FIRST_TTL,
+            only_within: true,
+            cap: true,
+        },
+        shorten_on_failure: false,
+        hold: true,
+        native_with_hold: true,
+        max_rounds: 2,
+    }
+    .checker()
+    .threads(cores())
+    .spawn_bfs()
+    .join();
+    let path = checker
+        .discovery("a confirmed hold is never cut short")
+        .expect("a late native extension must cut the hold");
+    let states = path.clone().into_states();
+    let actions = path.into_actions();
+    println!("counterexample ({} steps): {actions:?}", actions.len());
+    let late_native_after_release = actions.iter().zip(&states).any(|(a, before)| {
+        matches!(a, LeaseAction::Land(k) if before.in_flight[*k].3 && before.released)
+    });
+    assert!(
+        late_native_after_release,
+        "the counterexample needs a native extension landing after the release"
+    );
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 #[test]
