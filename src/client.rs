@@ -330,6 +330,52 @@ impl Redlock {
         self.shared().instances.quorum()
     }
 
+    /// Each instance's clock against the others', in the order the
+    /// instances were given (a Redis Cluster position is one row: its
+    /// shards' clocks are read as one), or `None` for an instance whose
+    /// clock was not read yet (it never answered). Workers read their
+    /// instance's `TIME` when they connect and every 10 s while busy; the
+    /// offset is from the median of the readings, so one instance whose
+    /// clock is wrong shows as that one. Fencing tokens assume no clock is
+    /// more than [`MAX_CLOCK_OFFSET`](crate::MAX_CLOCK_OFFSET) from the
+    /// others (README, "Guarantees"): each call sets the
+    /// `redfence_instance_clock_offset_seconds` gauge (feature `metrics`)
+    /// and logs a warning (feature `tracing`) for an instance past it;
+    /// so does every [`ping`](Self::ping).
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redfence::Error> {
+    /// let locks = redfence::Redlock::new(["redis://a:6379", "redis://b:6379", "redis://c:6379"])?;
+    /// locks.ping();
+    /// for (instance, offset) in locks.clock_offsets() {
+    ///     match offset {
+    ///         Some(o) if !o.is_within(redfence::MAX_CLOCK_OFFSET) => {
+    ///             eprintln!("{instance}: clock {:+.3} s off the others", o.as_secs_f64())
+    ///         }
+    ///         Some(_) => {}
+    ///         None => eprintln!("{instance}: clock not read yet"),
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn clock_offsets(&self) -> Vec<(String, Option<crate::ClockOffset>)> {
+        let shared = self.shared();
+        let offsets = shared.instances.clock_offsets();
+        let rows: Vec<(String, Option<crate::ClockOffset>)> = shared
+            .instances
+            .names()
+            .map(str::to_string)
+            .zip(offsets)
+            .collect();
+        for (instance, offset) in &rows {
+            if let Some(offset) = offset {
+                crate::telemetry::clock_offset(instance, *offset);
+            }
+        }
+        rows
+    }
+
     /// Pings every instance through its worker and reports each one's round
     /// trip or error, in the order the instances were given; a Redis
     /// Cluster position gives one row per shard master it knows (named
@@ -402,6 +448,8 @@ impl Redlock {
                 Err(e) => Err(e.clone()),
             };
         }
+        // Readiness checks keep the clock offset gauge current.
+        let _ = self.clock_offsets();
         out
     }
 }

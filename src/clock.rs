@@ -88,12 +88,95 @@ impl InstanceClock {
 
     /// The instance's clock now, in microseconds since 1970, if read.
     pub fn now_micros(&self) -> Option<u64> {
+        u64::try_from(self.micros_at(Instant::now())?).ok()
+    }
+
+    /// The instance's clock at `at`, in microseconds since 1970, if read.
+    fn micros_at(&self, at: Instant) -> Option<i64> {
         let offset = self.offset.load(Ordering::Relaxed);
         if offset == UNKNOWN {
             return None;
         }
-        u64::try_from(offset.saturating_add(monotonic_micros(Instant::now()))).ok()
+        Some(offset.saturating_add(monotonic_micros(at)))
     }
+}
+
+/// How far instance clocks may be apart for the guarantees as stated: a
+/// raise round never takes a counter further ahead of its instance's clock
+/// (`lua/fence_raise.lua`), so a token lies within this of the clock of
+/// every instance of its quorum. [`Redlock::clock_offsets`] measures each
+/// instance against the others, and warns past this bound.
+///
+/// [`Redlock::clock_offsets`]: crate::Redlock::clock_offsets
+///
+/// ```
+/// assert_eq!(redfence::MAX_CLOCK_OFFSET.as_secs(), 1);
+/// ```
+pub const MAX_CLOCK_OFFSET: Duration = Duration::from_micros(crate::scripts::MAX_AHEAD_MICROS);
+
+/// One instance's clock against the others' (the median of their readings),
+/// as [`Redlock::clock_offsets`](crate::Redlock::clock_offsets) measures it:
+/// each instance's `TIME`, read at the middle of its round trip and carried
+/// forward on the client's monotonic clock. The client's own wall clock
+/// plays no part.
+///
+/// ```
+/// use std::time::Duration;
+/// use redfence::ClockOffset;
+///
+/// let ahead = ClockOffset::from_micros(1_500_000);
+/// assert_eq!(ahead.micros(), 1_500_000);
+/// assert_eq!(ahead.magnitude(), Duration::from_millis(1500));
+/// assert!(!ahead.is_within(redfence::MAX_CLOCK_OFFSET));
+/// assert!(ClockOffset::from_micros(-2_000).is_within(redfence::MAX_CLOCK_OFFSET));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClockOffset(i64);
+
+impl ClockOffset {
+    /// An offset of `micros` microseconds (positive: ahead of the others).
+    pub fn from_micros(micros: i64) -> Self {
+        ClockOffset(micros)
+    }
+
+    /// Microseconds ahead of the others (negative: behind).
+    pub fn micros(self) -> i64 {
+        self.0
+    }
+
+    /// Seconds ahead of the others (negative: behind).
+    pub fn as_secs_f64(self) -> f64 {
+        self.0 as f64 / 1e6
+    }
+
+    /// How far off, either way.
+    pub fn magnitude(self) -> Duration {
+        Duration::from_micros(self.0.unsigned_abs())
+    }
+
+    /// Whether it is no further off than `bound`, either way.
+    pub fn is_within(self, bound: Duration) -> bool {
+        self.magnitude() <= bound
+    }
+}
+
+/// Each clock's offset from the median of those read (the lower median for
+/// an even count), all carried forward to one instant; `None` where a clock
+/// was never read.
+pub(crate) fn offsets<'a>(
+    clocks: impl Iterator<Item = &'a InstanceClock>,
+) -> Vec<Option<ClockOffset>> {
+    let at = Instant::now();
+    let readings: Vec<Option<i64>> = clocks.map(|c| c.micros_at(at)).collect();
+    let mut known: Vec<i64> = readings.iter().flatten().copied().collect();
+    known.sort_unstable();
+    let Some(&median) = known.get(known.len().saturating_sub(1) / 2) else {
+        return vec![None; readings.len()];
+    };
+    readings
+        .into_iter()
+        .map(|r| r.map(|micros| ClockOffset(micros.saturating_sub(median))))
+        .collect()
 }
 
 /// The proposal for new tokens: the latest clock reading among `clocks`
@@ -166,6 +249,22 @@ mod tests {
             (2_000_000_000_000 + lead..2_000_001_000_000).contains(&p),
             "{p}"
         );
+    }
+
+    #[test]
+    fn offsets_are_measured_against_the_median() {
+        let clocks: Vec<InstanceClock> = (0..4).map(|_| InstanceClock::default()).collect();
+        let sent = Instant::now();
+        clocks[0].record(&time(1_000, 0), sent, sent);
+        clocks[1].record(&time(1_000, 2_000), sent, sent);
+        clocks[2].record(&time(1_060, 0), sent, sent);
+        let got: Vec<Option<i64>> = offsets(clocks.iter())
+            .into_iter()
+            .map(|o| o.map(ClockOffset::micros))
+            .collect();
+        assert_eq!(got, [Some(-2_000), Some(0), Some(59_998_000), None]);
+        let none = [InstanceClock::default()];
+        assert_eq!(offsets(none.iter()), [None]);
     }
 
     #[test]

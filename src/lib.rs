@@ -207,6 +207,7 @@ pub use acl::{acl_cluster_rules, acl_rules, ACL_CLUSTER_COMMANDS, ACL_COMMANDS};
 pub use address::IntoInstance;
 pub use builder::RedlockBuilder;
 pub use client::Redlock;
+pub use clock::{ClockOffset, MAX_CLOCK_OFFSET};
 pub use config::MAX_TTL;
 pub use election::{Election, LeaderEvent, LeaderInfo, Leadership};
 pub use error::{Error, InstanceError, InstanceErrorKind, LossReason};

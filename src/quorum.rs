@@ -107,6 +107,11 @@ impl Instances {
         clock::proposal(self.clocks.iter().map(Arc::as_ref))
     }
 
+    /// Each position's clock against the others' (see `clock.rs`).
+    pub fn clock_offsets(&self) -> Vec<Option<clock::ClockOffset>> {
+        clock::offsets(self.clocks.iter().map(Arc::as_ref))
+    }
+
     /// Whether some instance's connection extends natively, so that an
     /// extension's native form may be sent.
     pub fn extends_natively(&self) -> bool {

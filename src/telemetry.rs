@@ -35,6 +35,7 @@ mod names {
     pub const OWED_RELEASES: &str = "redfence_owed_releases";
     pub const OWED_RELEASES_DROPPED_TOTAL: &str = "redfence_owed_releases_dropped_total";
     pub const LEADER: &str = "redfence_leader";
+    pub const CLOCK_OFFSET: &str = "redfence_instance_clock_offset_seconds";
     pub const LEADER_CHANGES_TOTAL: &str = "redfence_leader_changes_total";
 }
 #[cfg(feature = "metrics")]
@@ -123,6 +124,12 @@ pub fn describe_metrics() {
         OWED_RELEASES_DROPPED_TOTAL,
         Unit::Count,
         "Owed releases given up because too many were queued for one instance."
+    );
+    describe_gauge!(
+        CLOCK_OFFSET,
+        Unit::Seconds,
+        "An instance's clock minus the median of the instances' clocks, by instance, as of the \
+         last Redlock::ping or Redlock::clock_offsets call."
     );
     describe_gauge!(
         LEADER,
@@ -481,6 +488,26 @@ pub(crate) fn extend_finished(resource: &str, result: &Result<(), Error>) {
             );
         }
     }
+}
+
+/// An instance's clock offset from the others was measured: the gauge,
+/// and a warning past the bound the guarantees assume.
+#[inline]
+pub(crate) fn clock_offset(instance: &str, offset: crate::ClockOffset) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!(CLOCK_OFFSET, "instance" => instance.to_string()).set(offset.as_secs_f64());
+    #[cfg(feature = "tracing")]
+    if !offset.is_within(crate::MAX_CLOCK_OFFSET) {
+        tracing::warn!(
+            target: targets::INSTANCE,
+            instance,
+            offset_seconds = offset.as_secs_f64(),
+            bound_seconds = crate::MAX_CLOCK_OFFSET.as_secs_f64(),
+            "an instance clock is further off the others than fencing tokens assume"
+        );
+    }
+    #[cfg(not(any(feature = "metrics", feature = "tracing")))]
+    let _ = (instance, offset);
 }
 
 /// A request was refused because the instance's queue was full.

@@ -818,3 +818,72 @@ fn a_minority_clock_ahead_then_a_rolling_restart_keeps_tokens_increasing() {
         "B and C adopted tokens {ahead:?} µs ahead of their clocks"
     );
 }
+
+// ---------------------------------------------------------------------------
+// 6. Clock offsets, observed.
+// ---------------------------------------------------------------------------
+
+/// An instance whose clock runs 20 s ahead of the others is named, with its
+/// offset, by `clock_offsets()` and by `redfence ping` (a column, a JSON
+/// field and a warning); the others read within a few milliseconds of
+/// zero.
+#[test]
+fn an_instance_clock_off_the_others_is_reported() {
+    let _turn = serial();
+    let Some(cluster) = fake_clock_cluster(3) else {
+        return;
+    };
+    jump_forward(&cluster, &[0], JUMP);
+    // Workers read their instance's clock when they connect.
+    let locks = client(&cluster);
+    assert!(eventually(Duration::from_secs(5), || locks
+        .ping()
+        .iter()
+        .all(|(_, r)| r.is_ok())));
+    let offsets = locks.clock_offsets();
+    let micros: Vec<i64> = offsets
+        .iter()
+        .map(|(_, o)| o.expect("every clock was read").micros())
+        .collect();
+    let jump = JUMP.as_micros() as i64;
+    assert!(
+        (micros[0] - jump).abs() < 500_000,
+        "instance 0 is {} µs ahead, not about 20 s",
+        micros[0]
+    );
+    assert!(micros[1..].iter().all(|m| m.abs() < 100_000), "{micros:?}");
+    assert!(!offsets[0].1.unwrap().is_within(redfence::MAX_CLOCK_OFFSET));
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_redfence"))
+        .args(["ping", "--json"])
+        .env("REDFENCE_SERVERS", cluster.urls().join(","))
+        .output()
+        .expect("redfence runs");
+    assert!(out.status.success(), "{out:?}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let ms: Vec<f64> = doc["instances"]
+        .as_array()
+        .expect("instances")
+        .iter()
+        .map(|row| row["clock_offset_ms"].as_f64().expect("an offset"))
+        .collect();
+    assert!((ms[0] - 20_000.0).abs() < 500.0, "{ms:?}");
+    assert!(ms[1..].iter().all(|m| m.abs() < 100.0), "{ms:?}");
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_redfence"))
+        .arg("ping")
+        .env("REDFENCE_SERVERS", cluster.urls().join(","))
+        .output()
+        .expect("redfence runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(", clock +"), "{text}");
+    let warning = text
+        .lines()
+        .find(|l| l.starts_with("warning:"))
+        .unwrap_or_else(|| panic!("no warning in {text}"));
+    assert!(
+        warning.contains(&cluster.server(0).addr().to_string()),
+        "{warning}"
+    );
+    jump_back(&cluster, &[0], JUMP);
+}

@@ -431,3 +431,46 @@ enum Stop {
     Idle,
     Failed,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn notifier() -> Notifier {
+        Notifier::start(Vec::new(), Duration::from_secs(1), Duration::from_secs(1))
+            .expect("no subscriber thread to start")
+    }
+
+    /// A call whose wait ends while it holds a wake-up it did not use
+    /// passes it to the next in line, who would otherwise sit out the
+    /// fallback poll although the lock is free.
+    #[test]
+    fn an_unused_wake_up_goes_to_the_next_waiter() {
+        let notifier = notifier();
+        let first = notifier.watch(&["released:{r}"]);
+        let second = notifier.watch(&["released:{r}"]);
+        notifier.registry.wake("released:{r}");
+        assert!(
+            second.wake_signal().try_recv().is_err(),
+            "only the longest-waiting call is woken"
+        );
+        drop(first);
+        assert!(
+            second.wake_signal().try_recv().is_ok(),
+            "the wake-up the first call left unused was not passed on"
+        );
+    }
+
+    /// A wake-up the call used is its own: the next in line is not woken
+    /// for a release that was already taken.
+    #[test]
+    fn a_used_wake_up_is_not_passed_on() {
+        let notifier = notifier();
+        let first = notifier.watch(&["released:{r}"]);
+        let second = notifier.watch(&["released:{r}"]);
+        notifier.registry.wake("released:{r}");
+        assert!(first.wake_signal().try_recv().is_ok());
+        drop(first);
+        assert!(second.wake_signal().try_recv().is_err());
+    }
+}

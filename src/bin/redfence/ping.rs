@@ -1,7 +1,9 @@
-//! `redfence ping`: each instance's round trip or error.
+//! `redfence ping`: each instance's round trip or error, and its clock's
+//! offset from the others'.
 
 use std::time::Duration;
 
+use redfence::{ClockOffset, MAX_CLOCK_OFFSET};
 use serde_json::{json, Value};
 
 use crate::cli::{Common, PingArgs};
@@ -14,6 +16,7 @@ pub fn ping(common: &Common, args: &PingArgs) -> Result<u8, Failure> {
     // round trip alone.
     let _ = locks.ping();
     let results = locks.ping();
+    let clocks = locks.clock_offsets();
     let quorum = locks.quorum();
     // A cluster position answers when every shard master it knows did;
     // the exit status counts positions, as the quorum does.
@@ -26,6 +29,7 @@ pub fn ping(common: &Common, args: &PingArgs) -> Result<u8, Failure> {
         }
     }
     let answered = positions.iter().filter(|(_, ok)| *ok).count();
+    let offset_of = |name: &str| clock_offset_ms(&clocks, name);
     if args.json {
         let list: Vec<Value> = results
             .iter()
@@ -34,12 +38,14 @@ pub fn ping(common: &Common, args: &PingArgs) -> Result<u8, Failure> {
                     "instance": name,
                     "ok": true,
                     "rtt_ms": millis(*rtt),
+                    "clock_offset_ms": offset_of(name),
                     "error": null,
                 }),
                 Err(e) => json!({
                     "instance": name,
                     "ok": false,
                     "rtt_ms": null,
+                    "clock_offset_ms": offset_of(name),
                     "error": client::show_error(e),
                 }),
             })
@@ -52,9 +58,23 @@ pub fn ping(common: &Common, args: &PingArgs) -> Result<u8, Failure> {
         out!("{doc}");
     } else {
         for (name, result) in &results {
+            let clock = match offset_of(name) {
+                Some(ms) => format!(", clock {ms:+.1} ms"),
+                None => String::new(),
+            };
             match result {
-                Ok(rtt) => out!("{name:<24} ok {:.3} ms", millis(*rtt)),
+                Ok(rtt) => out!("{name:<24} ok {:.3} ms{clock}", millis(*rtt)),
                 Err(e) => out!("{name:<24} error: {}", client::show_error(e)),
+            }
+        }
+        for (name, offset) in &clocks {
+            if let Some(offset) = offset.filter(|o| !o.is_within(MAX_CLOCK_OFFSET)) {
+                out!(
+                    "warning: {name}'s clock is {:+.3} s off the others' (fencing tokens assume at \
+                     most {} s)",
+                    offset.as_secs_f64(),
+                    MAX_CLOCK_OFFSET.as_secs_f64()
+                );
             }
         }
         out!(
@@ -63,6 +83,18 @@ pub fn ping(common: &Common, args: &PingArgs) -> Result<u8, Failure> {
         );
     }
     Ok(if answered >= quorum { 0 } else { UNAVAILABLE })
+}
+
+/// The clock offset of a ping row's instance, in milliseconds: the row of
+/// a standalone instance has its name; `cluster #i shard …` rows share
+/// their position's clock.
+fn clock_offset_ms(clocks: &[(String, Option<ClockOffset>)], row: &str) -> Option<f64> {
+    let position = match row.strip_prefix("cluster #") {
+        Some(rest) => rest.split(' ').next()?.parse::<usize>().ok()?,
+        None => clocks.iter().position(|(name, _)| name == row)?,
+    };
+    let offset = clocks.get(position)?.1?;
+    Some(offset.micros() as f64 / 1000.0)
 }
 
 fn millis(d: Duration) -> f64 {
