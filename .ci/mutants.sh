@@ -166,15 +166,20 @@ m extend-in-seconds lua/extend.lua "safety contracts" \
 # --- lua/fence_raise.lua -----------------------------------------------------
 
 m raise-unchecked lua/fence_raise.lua "safety fencing" \
-  "if redis.call('GET', KEYS[1]) == ARGV[1] then
+  "if held and redis.call('GET', KEYS[1]) == ARGV[1] then
   return 1
 end
 return 0" \
   "return 1"
 
 m raise-does-not-raise lua/fence_raise.lua "fencing" \
-  "if tonumber(current) < tonumber(ARGV[2]) then" \
-  "if tonumber(current) < 0 then"
+  "    redis.call('SET', KEYS[2], ARGV[2])
+    held = true" \
+  "    held = true"
+
+m raise-unbounded lua/fence_raise.lua "fencing" \
+  "if tonumber(ARGV[2]) <= clock + MAX_AHEAD then" \
+  "if true then"
 
 m raise-seeds-lost-counter-at-token lua/fence_raise.lua "fencing safety" \
   "current = now[1] .. string.format('%06d', tonumber(now[2]))" \
@@ -236,8 +241,12 @@ m decided-on-one-yes src/quorum.rs "lock" \
   'tally.yes.len() >= 1 ||'
 
 m token-is-min src/acquire.rs "fencing" \
-  'let Some(token) = counters.clone().max() else {' \
-  'let Some(token) = counters.clone().min() else {'
+  'let token = *answers.get(quorum.checked_sub(1)?)?;' \
+  'let token = *answers.first()?;'
+
+m token-is-highest src/acquire.rs "fencing" \
+  'let token = *answers.get(quorum.checked_sub(1)?)?;' \
+  'let token = *answers.last()?;'
 
 m raise-round-skipped src/acquire.rs "fencing" \
   'if disagree {' \
@@ -266,7 +275,7 @@ m validity-end-not-enforced src/lease.rs "lock watchdog" \
   'if st.lost.is_none() && now >= st.valid_until + std::time::Duration::from_secs(3600) {'
 
 m watchdog-renews-at-expiry src/watchdog.rs "watchdog" \
-  '(renewed + st.ttl / 3).min(st.valid_until)' \
+  '(renewed + believed / 3).min(st.valid_until)' \
   'st.valid_until'
 
 m set-waiter-keeps-a-release-it-cannot-use src/client.rs "contracts" \
@@ -302,6 +311,14 @@ m native-extension-under-a-longer-belief src/lease.rs "native" \
 m native-longer-round-believed-in-full src/lease.rs "native" \
   'self.ttl.min(lease.native_ttl)' \
   'self.ttl' valkey-9.1.2
+
+m native-extension-of-a-hold src/lease.rs "late_requests" \
+  '&& lease.hold_until.is_none()' \
+  '&& true' valkey-9.1.2
+
+m watchdog-renews-by-the-asked-ttl src/watchdog.rs "native" \
+  'let believed = st.believed;' \
+  'let believed = st.ttl;' valkey-9.1.2
 
 # ---------------------------------------------------------------------------
 

@@ -80,6 +80,9 @@ const LONG: u8 = 6;
 const FIRST_TTL: u8 = 3;
 const MAX_ROUNDS: u8 = 3;
 const MAX_TICK: u8 = 7;
+const BELIEVED: &str = "a believed lease is held by a quorum";
+const HOLD_KEPT: &str = "a confirmed hold is never cut short";
+
 /// A lease with a hold (`LockOptions::hold_at_least`): its release keeps the
 /// keys until this tick.
 const HOLD_END: u8 = MAX_TICK;
@@ -165,6 +168,9 @@ struct ExtendModel {
     /// Whether a lease with a hold may extend natively (the previous rule:
     /// a late `SET … PX` then cuts the hold short).
     native_with_hold: bool,
+    /// The one property a counterexample search looks for (the search then
+    /// stops at the first violation), or `None`: every property.
+    focus: Option<&'static str>,
     /// Extension rounds in one run: `MAX_ROUNDS`, or fewer with a hold (its
     /// release multiplies the space; two rounds, one of them landing after
     /// the release, are what a late extension needs).
@@ -172,6 +178,47 @@ struct ExtendModel {
 }
 
 impl ExtendModel {
+    /// A lease without a hold whose extensions use `expire`, a failed round
+    /// leaving the belief as it was.
+    fn new(expire: Expire) -> Self {
+        ExtendModel {
+            expire,
+            shorten_on_failure: false,
+            hold: false,
+            native_with_hold: false,
+            focus: None,
+            max_rounds: MAX_ROUNDS,
+        }
+    }
+
+    /// The same model, searched for a violation of `property` only.
+    fn broken(self, property: &'static str) -> Self {
+        ExtendModel {
+            focus: Some(property),
+            ..self
+        }
+    }
+
+    /// The design's native extension: the lease's own TTL, only within the
+    /// belief, longer rounds capped.
+    fn native_design() -> Self {
+        Self::new(Expire::Native {
+            ttl: FIRST_TTL,
+            only_within: true,
+            cap: true,
+        })
+    }
+
+    /// The same lease with a hold, extended natively or not.
+    fn with_hold(self, native_with_hold: bool) -> Self {
+        ExtendModel {
+            hold: true,
+            native_with_hold,
+            max_rounds: 2,
+            ..self
+        }
+    }
+
     fn apply(&self, s: &mut LeaseState, i: usize, ttl: u8, native: bool) -> bool {
         match s.keys[i] {
             // Not ours any more (expired): extend.lua, and SET … IFEQ, touch
@@ -352,10 +399,10 @@ impl Model for ExtendModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let all = vec![
             // A released lease is believed no more (its release may even
             // shorten its own keys, to the rest of the hold).
-            Property::<Self>::always("a believed lease is held by a quorum", |_, s| {
+            Property::<Self>::always(BELIEVED, |_, s| {
                 s.released
                     || s.tick >= s.valid_until
                     || s.keys
@@ -367,7 +414,7 @@ impl Model for ExtendModel {
             Property::<Self>::sometimes("a late extension lands after a later round", |_, s| {
                 s.landed_after_later
             }),
-            Property::<Self>::always("a confirmed hold is never cut short", |_, s| {
+            Property::<Self>::always(HOLD_KEPT, |_, s| {
                 !s.hold_confirmed
                     || s.tick >= HOLD_END
                     || s.keys
@@ -376,7 +423,10 @@ impl Model for ExtendModel {
                         .count()
                         >= QUORUM
             }),
-        ]
+        ];
+        all.into_iter()
+            .filter(|p| self.focus.is_none_or(|name| p.name == name))
+            .collect()
     }
 }
 
@@ -571,41 +621,39 @@ fn report<M: Model>(label: &str, start: Instant, checker: &impl Checker<M>) {
     );
 }
 
-#[test]
-fn extensions_never_cut_a_lease_the_client_believes_in() {
+/// Searches every behaviour of `model` and asserts its properties.
+fn exhaustively(label: &str, model: ExtendModel) {
     let start = Instant::now();
-    let checker = ExtendModel {
-        expire: Expire::Gt,
-        shorten_on_failure: false,
-        hold: false,
-        native_with_hold: false,
-        max_rounds: MAX_ROUNDS,
-    }
-    .checker()
-    .symmetry_fn(lease_representative)
-    .spawn_dfs()
-    .join();
-    report("extend with GT", start, &checker);
+    let checker = model
+        .checker()
+        .threads(cores())
+        .symmetry_fn(lease_representative)
+        .spawn_dfs()
+        .join();
+    report(label, start, &checker);
     assert!(checker.is_done());
     checker.assert_properties();
+}
+
+#[test]
+fn extensions_never_cut_a_lease_the_client_believes_in() {
+    exhaustively("extend with GT", ExtendModel::new(Expire::Gt));
 }
 
 #[test]
 fn a_plain_pexpire_lets_a_late_short_extension_cut_the_lease() {
     let start = Instant::now();
     let checker = ExtendModel {
-        expire: Expire::Plain,
         shorten_on_failure: true,
-        hold: false,
-        native_with_hold: false,
-        max_rounds: MAX_ROUNDS,
+        ..ExtendModel::new(Expire::Plain)
     }
+    .broken(BELIEVED)
     .checker()
     .spawn_bfs()
     .join();
     report("extend with plain PEXPIRE", start, &checker);
     let path = checker
-        .discovery("a believed lease is held by a quorum")
+        .discovery(BELIEVED)
         .expect("a late short extension must break it");
     let actions = path.into_actions();
     println!("counterexample: {actions:?}");
@@ -617,46 +665,26 @@ fn a_plain_pexpire_lets_a_late_short_extension_cut_the_lease() {
 
 #[test]
 fn native_extensions_of_the_leases_own_ttl_never_cut_a_believed_lease() {
-    let start = Instant::now();
-    let checker = ExtendModel {
-        expire: Expire::Native {
-            ttl: FIRST_TTL,
-            only_within: true,
-            cap: true,
-        },
-        shorten_on_failure: false,
-        hold: false,
-        native_with_hold: false,
-        max_rounds: MAX_ROUNDS,
-    }
-    .checker()
-    .symmetry_fn(lease_representative)
-    .spawn_dfs()
-    .join();
-    report("extend natively with the lease's TTL", start, &checker);
-    assert!(checker.is_done());
-    checker.assert_properties();
+    exhaustively(
+        "extend natively with the lease's TTL",
+        ExtendModel::native_design(),
+    );
 }
 
 /// The counterexample of a native variant that must fail, and whether a
 /// native request landing late is part of it.
 fn native_counterexample(only_within: bool, cap: bool) -> (Vec<LeaseAction>, bool) {
-    let checker = ExtendModel {
-        expire: Expire::Native {
-            ttl: FIRST_TTL,
-            only_within,
-            cap,
-        },
-        shorten_on_failure: false,
-        hold: false,
-        native_with_hold: false,
-        max_rounds: MAX_ROUNDS,
-    }
+    let checker = ExtendModel::new(Expire::Native {
+        ttl: FIRST_TTL,
+        only_within,
+        cap,
+    })
+    .broken(BELIEVED)
     .checker()
     .spawn_bfs()
     .join();
     let path = checker
-        .discovery("a believed lease is held by a quorum")
+        .discovery(BELIEVED)
         .expect("this native variant must break the property");
     let states = path.clone().into_states();
     let actions = path.into_actions();
@@ -694,26 +722,10 @@ fn a_native_extension_sent_under_a_longer_belief_cuts_it() {
 /// hold's release only lengthens the keys.
 #[test]
 fn a_hold_is_never_cut_short_by_a_late_extension() {
-    let start = Instant::now();
-    let checker = ExtendModel {
-        expire: Expire::Native {
-            ttl: FIRST_TTL,
-            only_within: true,
-            cap: true,
-        },
-        shorten_on_failure: false,
-        hold: true,
-        native_with_hold: false,
-        max_rounds: 2,
-    }
-    .checker()
-    .threads(cores())
-    .symmetry_fn(lease_representative)
-    .spawn_dfs()
-    .join();
-    report("a lease with a hold", start, &checker);
-    assert!(checker.is_done());
-    checker.assert_properties();
+    exhaustively(
+        "a lease with a hold",
+        ExtendModel::native_design().with_hold(false),
+    );
 }
 
 /// The review's first finding: a native extension of a lease with a hold,
@@ -721,23 +733,15 @@ fn a_hold_is_never_cut_short_by_a_late_extension() {
 /// lease's TTL from then.
 #[test]
 fn a_native_extension_landing_after_a_hold_release_cuts_the_hold() {
-    let checker = ExtendModel {
-        expire: Expire::Native {
-            ttl: FIRST_TTL,
-            only_within: true,
-            cap: true,
-        },
-        shorten_on_failure: false,
-        hold: true,
-        native_with_hold: true,
-        max_rounds: 2,
-    }
-    .checker()
-    .threads(cores())
-    .spawn_bfs()
-    .join();
+    let checker = ExtendModel::native_design()
+        .with_hold(true)
+        .broken(HOLD_KEPT)
+        .checker()
+        .threads(cores())
+        .spawn_bfs()
+        .join();
     let path = checker
-        .discovery("a confirmed hold is never cut short")
+        .discovery(HOLD_KEPT)
         .expect("a late native extension must cut the hold");
     let states = path.clone().into_states();
     let actions = path.into_actions();
