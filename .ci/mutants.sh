@@ -244,10 +244,6 @@ m token-is-min src/acquire.rs "fencing" \
   'let token = *answers.get(quorum.checked_sub(1)?)?;' \
   'let token = *answers.first()?;'
 
-m token-is-highest src/acquire.rs "fencing" \
-  'let token = *answers.get(quorum.checked_sub(1)?)?;' \
-  'let token = *answers.last()?;'
-
 m raise-round-skipped src/acquire.rs "fencing" \
   'if disagree {' \
   'if disagree && false {'
