@@ -313,7 +313,7 @@ m native-extension-of-a-hold src/lease.rs "late_requests" \
   '&& true' valkey-9.1.2
 
 m watchdog-renews-by-the-asked-ttl src/watchdog.rs "native" \
-  'let believed = st.believed;' \
+  'let believed = lease.believed(&st, st.ttl);' \
   'let believed = st.ttl;' valkey-9.1.2
 
 # ---------------------------------------------------------------------------

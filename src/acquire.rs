@@ -146,10 +146,9 @@ pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result
         // Fewer than a quorum answered at least the token: make a quorum
         // hold at least each token before handing it out, so the next
         // grant's quorum, which overlaps this one, counts above it. Every
-        // member of a set goes in
-        // the round, not only those that disagree: an instance counts only
-        // if it still holds the whole set, or the round could stand on
-        // instances that lost a member since the vote.
+        // member of a set goes in the round, not only those that disagree:
+        // an instance counts only if it still holds the whole set, or the
+        // round could stand on instances that lost a member since the vote.
         let lagging: Vec<(&Keys, u64)> = target
             .members
             .iter()

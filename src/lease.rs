@@ -48,10 +48,6 @@ pub(crate) struct State {
     /// The TTL extensions ask for: the acquisition's, or the last one a
     /// caller's `extend()` asked for.
     pub ttl: Duration,
-    /// How much of it the current validity believes (less, once a native
-    /// extension may still land: see `PendingExtend::count`). The watchdog
-    /// renews a third of this after the validity began.
-    pub believed: Duration,
     pub released: bool,
     pub lost: Option<LossReason>,
     pub extensions: u32,
@@ -81,7 +77,6 @@ impl Lease {
             state: Mutex::new(State {
                 valid_until: grant.valid_until,
                 ttl: options.get_ttl(),
-                believed: options.get_ttl(),
                 released: false,
                 lost: None,
                 extensions: 0,
@@ -115,6 +110,18 @@ impl Lease {
             self.mark_lost_locked(st, reason);
         }
         st.lost
+    }
+
+    /// How long a round asking `asked` is believed: a native extension
+    /// sent before may still land and set the expiry to `native_ttl` from
+    /// then, so a longer round is believed only that far. The watchdog
+    /// renews a third of this after a round, not of what it asked.
+    pub fn believed(&self, st: &State, asked: Duration) -> Duration {
+        if st.native_sent {
+            asked.min(self.native_ttl)
+        } else {
+            asked
+        }
     }
 
     pub fn validity(&self) -> Duration {
@@ -371,14 +378,7 @@ impl PendingExtend<'_> {
         let quorum = shared.instances.quorum();
         let now = Instant::now();
         let mut st = lease.state.lock();
-        // A native extension sent before may still land and set the
-        // expiry to `native_ttl` from then: a longer round is believed only
-        // that far.
-        let believed = if st.native_sent {
-            self.ttl.min(lease.native_ttl)
-        } else {
-            self.ttl
-        };
+        let believed = lease.believed(&st, self.ttl);
         let validity = believed.saturating_sub(shared.cfg.drift(believed));
         let new_valid = self.start + validity;
         if let Some(reason) = lease.loss_locked(&mut st, now) {
@@ -387,7 +387,6 @@ impl PendingExtend<'_> {
         if tally.yes.len() >= quorum && now < new_valid {
             st.valid_until = new_valid;
             st.ttl = self.ttl;
-            st.believed = believed;
             st.extensions += 1;
             st.failed_rounds = 0;
             lease.changed.notify_all();

@@ -143,7 +143,7 @@ impl Runner {
                 // on, not of what the last round asked for, or a round
                 // believed for less than it asked would be due at once,
                 // forever.
-                let believed = st.believed;
+                let believed = lease.believed(&st, st.ttl);
                 let validity = believed.saturating_sub(self.shared.cfg.drift(believed));
                 let renewed = st
                     .valid_until
