@@ -1,0 +1,421 @@
+//! Judges the history, not the code: what the holders believed, the
+//! tokens they were given, what the database accepted, what the instances
+//! held. Each check is a guarantee from the README; each violation names
+//! the resource, the two events and their times.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use crate::history::{FaultRecord, History, Hold};
+use crate::MAX_KEY_LIFE;
+
+/// How far two holders' beliefs may touch before it counts: the claims
+/// are read a few microseconds after the library computed them.
+const ALLOWANCE: Duration = Duration::from_millis(2);
+/// How long after its wait a lock call may still return: the attempt in
+/// flight at the deadline, its raise round and its clean-up.
+const STUCK_AFTER_WAIT: Duration = Duration::from_secs(2);
+/// How long after a client stopped locking a resource a key it wrote may
+/// still have been written: the watcher's own delay.
+const WRITTEN_AFTER: Duration = Duration::from_millis(150);
+/// The longest a clock fault moves a clock: keys there live that much
+/// longer.
+const CLOCK_STEP_MAX: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone)]
+pub struct Violation {
+    pub kind: &'static str,
+    pub resource: String,
+    pub first: String,
+    pub second: String,
+    /// Seconds since the run started, of the first and second event.
+    pub first_at: f64,
+    pub second_at: f64,
+}
+
+#[derive(Debug, Default)]
+pub struct Verdict {
+    pub token_regressions: u64,
+    pub overlaps: u64,
+    pub overlaps_excused: u64,
+    pub leader_overlaps: u64,
+    pub run_once_duplicates: u64,
+    pub run_once_excused: u64,
+    pub orphans: u64,
+    pub stuck_calls: u64,
+    pub lost_updates: u64,
+    pub stale_writes_accepted: u64,
+    pub violations: Vec<Violation>,
+}
+
+impl Verdict {
+    pub fn failed(&self) -> bool {
+        !self.violations.is_empty()
+    }
+}
+
+/// What the database holds at the end: each register's counter and its
+/// accepted writes in commit order, and the accepted acts.
+pub struct Stored {
+    pub counters: BTreeMap<String, i64>,
+    /// (resource, token, client, value read), in commit order.
+    pub writes: Vec<(String, i64, i32, i64)>,
+    /// (term, client), in commit order.
+    pub acts: Vec<(i64, i32)>,
+}
+
+pub fn check(history: &History, stored: &Stored) -> Verdict {
+    let mut v = Verdict::default();
+    let holds = history.holds.lock().clone();
+    let faults = history.faults.lock().clone();
+    for (resource, list) in by_resource(&holds) {
+        tokens_increase(history, &resource, &list, &mut v);
+        one_holder(history, &resource, &list, &faults, &mut v);
+    }
+    run_once(history, &faults, &mut v);
+    orphans(history, &holds, &faults, &mut v);
+    calls_end(history, &holds, &mut v);
+    database(stored, &mut v);
+    v
+}
+
+/// Each resource's holds with its token, by grant time.
+fn by_resource(holds: &[Hold]) -> BTreeMap<String, Vec<(Hold, u64)>> {
+    let mut map: BTreeMap<String, Vec<(Hold, u64)>> = BTreeMap::new();
+    for h in holds {
+        for (resource, token) in &h.tokens {
+            map.entry(resource.clone())
+                .or_default()
+                .push((h.clone(), *token));
+        }
+    }
+    for list in map.values_mut() {
+        list.sort_by_key(|(h, _)| h.granted);
+    }
+    map
+}
+
+fn describe(history: &History, h: &Hold, token: u64) -> String {
+    format!(
+        "client {} ({}) token {token}, asked at {:.3} s, granted at {:.3} s, believed until {:.3} s",
+        h.client,
+        h.workload.name(),
+        history.secs(h.start),
+        history.secs(h.granted),
+        history.secs(belief_end(h)),
+    )
+}
+
+/// Until when the holder believed it held: its last claim, cut at the
+/// moment it began to release (the keys go while the release waits for
+/// the slower instances).
+fn belief_end(h: &Hold) -> Instant {
+    h.claim_end.min(h.releasing)
+}
+
+/// A grant whose attempt started after another grant returned has a
+/// higher token: prefix maxima over the grants in grant order.
+fn tokens_increase(history: &History, resource: &str, list: &[(Hold, u64)], v: &mut Verdict) {
+    let mut best: Option<usize> = None;
+    let mut next = 0;
+    let mut by_start: Vec<usize> = (0..list.len()).collect();
+    by_start.sort_by_key(|&i| list[i].0.start);
+    for &b in &by_start {
+        while next < list.len() && list[next].0.granted < list[b].0.start {
+            if best.is_none_or(|m| list[next].1 > list[m].1) {
+                best = Some(next);
+            }
+            next += 1;
+        }
+        let Some(a) = best else { continue };
+        if list[b].1 <= list[a].1 {
+            v.token_regressions += 1;
+            v.violations.push(Violation {
+                kind: "token-regression",
+                resource: resource.to_string(),
+                first: describe(history, &list[a].0, list[a].1),
+                second: describe(history, &list[b].0, list[b].1),
+                first_at: history.secs(list[a].0.granted),
+                second_at: history.secs(list[b].0.granted),
+            });
+        }
+    }
+}
+
+/// No two holders believe they hold at once.
+fn one_holder(
+    history: &History,
+    resource: &str,
+    list: &[(Hold, u64)],
+    faults: &[FaultRecord],
+    v: &mut Verdict,
+) {
+    let mut longest: Option<usize> = None;
+    for b in 0..list.len() {
+        if let Some(a) = longest {
+            let (ha, hb) = (&list[a].0, &list[b].0);
+            if hb.granted + ALLOWANCE < belief_end(ha) {
+                let excused = faults.iter().any(|f| {
+                    f.nemesis.excuses_overlaps() && covers(f, hb.granted, MAX_KEY_LIFE * 2)
+                });
+                if excused {
+                    v.overlaps_excused += 1;
+                } else {
+                    let leader = resource.starts_with("election:");
+                    if leader {
+                        v.leader_overlaps += 1;
+                    } else {
+                        v.overlaps += 1;
+                    }
+                    v.violations.push(Violation {
+                        kind: if leader { "leader-overlap" } else { "overlap" },
+                        resource: resource.to_string(),
+                        first: describe(history, ha, list[a].1),
+                        second: describe(history, hb, list[b].1),
+                        first_at: history.secs(ha.granted),
+                        second_at: history.secs(hb.granted),
+                    });
+                }
+            }
+        }
+        if longest.is_none_or(|a| belief_end(&list[b].0) > belief_end(&list[a].0)) {
+            longest = Some(b);
+        }
+    }
+}
+
+/// Whether `at` falls in the fault or within `after` of its end.
+fn covers(f: &FaultRecord, at: Instant, after: Duration) -> bool {
+    f.start <= at && at <= f.end + after
+}
+
+/// Each window's job ran once.
+fn run_once(history: &History, faults: &[FaultRecord], v: &mut Verdict) {
+    let mut windows: BTreeMap<u64, Vec<_>> = BTreeMap::new();
+    for run in history.runs.lock().iter() {
+        windows.entry(run.window).or_default().push(run.clone());
+    }
+    for (window, runs) in windows {
+        for pair in runs.windows(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            let excused = faults
+                .iter()
+                .any(|f| f.nemesis.excuses_overlaps() && covers(f, b.granted, MAX_KEY_LIFE * 2));
+            if excused {
+                v.run_once_excused += 1;
+                continue;
+            }
+            v.run_once_duplicates += 1;
+            v.violations.push(Violation {
+                kind: "run-once-duplicate",
+                resource: format!("{} window {window}", crate::RUN_JOB),
+                first: format!(
+                    "client {} token {} at {:.3} s",
+                    a.client,
+                    a.token,
+                    history.secs(a.granted)
+                ),
+                second: format!(
+                    "client {} token {} at {:.3} s",
+                    b.client,
+                    b.token,
+                    history.secs(b.granted)
+                ),
+                first_at: history.secs(a.granted),
+                second_at: history.secs(b.granted),
+            });
+        }
+    }
+}
+
+/// A client's activity on a resource: from the lock call to the release's
+/// return, and how long a key it wrote may live after.
+type Span = (Instant, Instant, Duration);
+
+/// A lock key nobody owns: one written (its time to live says when, at
+/// the latest) after its client had stopped locking the resource. Faults
+/// that keep releases from arriving, or that move an instance's clock,
+/// excuse keys on their instances while such keys may live.
+fn orphans(history: &History, holds: &[Hold], faults: &[FaultRecord], v: &mut Verdict) {
+    let calls = history.calls.lock().clone();
+    // (client, resource) -> (start, end, key life) of every activity.
+    let mut activity: BTreeMap<(usize, String), Vec<Span>> = BTreeMap::new();
+    for h in holds {
+        for (r, _) in &h.tokens {
+            activity
+                .entry((h.client, r.clone()))
+                .or_default()
+                .push((h.start, h.end, h.key_life));
+        }
+    }
+    for c in &calls {
+        for r in &c.resources {
+            activity
+                .entry((c.client, r.clone()))
+                .or_default()
+                .push((c.start, c.end, c.key_life));
+        }
+    }
+    let excuse = MAX_KEY_LIFE + CLOCK_STEP_MAX + Duration::from_secs(1);
+    for s in history.sightings.lock().iter() {
+        let spans = activity.get(&(s.client, s.resource.clone()));
+        let last = spans.and_then(|list| {
+            list.iter()
+                .filter(|(start, _, _)| *start <= s.at)
+                .max_by_key(|a| a.0)
+        });
+        let written_after = match last {
+            Some(&(_, end, _)) if s.at <= end => continue,
+            // Written no earlier than this: its TTL at most the key life.
+            Some(&(_, end, life)) => {
+                (s.at + s.pttl).checked_duration_since(end + life + WRITTEN_AFTER)
+            }
+            None => Some(Duration::ZERO),
+        };
+        let Some(late_by) = written_after.filter(|d| !d.is_zero()) else {
+            continue;
+        };
+        let excused = faults.iter().any(|f| {
+            f.nemesis.excuses_orphans()
+                && f.instances.contains(&s.instance)
+                && covers(f, s.at, excuse)
+        });
+        if excused {
+            continue;
+        }
+        v.orphans += 1;
+        if v.orphans <= 20 {
+            v.violations.push(Violation {
+                kind: "orphan-lock",
+                resource: s.resource.clone(),
+                first: format!("client {} stopped locking it (or never did)", s.client),
+                second: format!(
+                    "instance {} holds its key at {:.3} s, written at least {} ms after that",
+                    s.instance,
+                    history.secs(s.at),
+                    late_by.as_millis()
+                ),
+                first_at: last.map_or(0.0, |a| history.secs(a.1)),
+                second_at: history.secs(s.at),
+            });
+        }
+    }
+}
+
+/// Every lock call ends within its wait (no deadlock, no hang).
+fn calls_end(history: &History, holds: &[Hold], v: &mut Verdict) {
+    let mut late = Vec::new();
+    for h in holds {
+        let wait = crate::wait_of(h.workload);
+        if h.granted.duration_since(h.start) > wait + STUCK_AFTER_WAIT {
+            late.push((
+                h.tokens.first().map(|t| t.0.clone()).unwrap_or_default(),
+                h.client,
+                h.start,
+                h.granted,
+            ));
+        }
+    }
+    for c in history.calls.lock().iter() {
+        if c.end.duration_since(c.start) > c.wait + STUCK_AFTER_WAIT {
+            late.push((c.resources.join(","), c.client, c.start, c.end));
+        }
+    }
+    for (resource, client, start, end) in late {
+        v.stuck_calls += 1;
+        v.violations.push(Violation {
+            kind: "stuck-call",
+            resource,
+            first: format!("client {client} called at {:.3} s", history.secs(start)),
+            second: format!("returned at {:.3} s, past its wait", history.secs(end)),
+            first_at: history.secs(start),
+            second_at: history.secs(end),
+        });
+    }
+}
+
+/// No lost update (each accepted write read the value the previous one
+/// wrote), no stale write or act accepted (a token below one the database
+/// already accepted).
+fn database(stored: &Stored, v: &mut Verdict) {
+    let mut last: BTreeMap<&str, (i64, i64, i32)> = BTreeMap::new();
+    for (resource, token, client, read) in &stored.writes {
+        let before = last.get(resource.as_str()).copied();
+        let (prev_read, prev_token, prev_client) = before.unwrap_or((-1, i64::MIN, -1));
+        let expected = prev_read + 1;
+        if *read != expected {
+            v.lost_updates += 1;
+            push_db(
+                v,
+                "lost-update",
+                resource,
+                (prev_token, prev_client),
+                (*token, *client),
+                format!("read {read}, the value was {expected}"),
+            );
+        }
+        if *token < prev_token {
+            v.stale_writes_accepted += 1;
+            push_db(
+                v,
+                "stale-write",
+                resource,
+                (prev_token, prev_client),
+                (*token, *client),
+                String::new(),
+            );
+        }
+        let top = prev_token.max(*token);
+        last.insert(resource, (*read, top, *client));
+    }
+    for (resource, counter) in &stored.counters {
+        let accepted = stored.writes.iter().filter(|w| &w.0 == resource).count() as i64;
+        if *counter != accepted && v.lost_updates == 0 {
+            v.lost_updates += accepted.abs_diff(*counter);
+            push_db(
+                v,
+                "lost-update",
+                resource,
+                (0, -1),
+                (0, -1),
+                format!("counter {counter}, {accepted} writes accepted"),
+            );
+        }
+    }
+    let mut top = i64::MIN;
+    for (term, client) in &stored.acts {
+        if *term < top {
+            v.stale_writes_accepted += 1;
+            push_db(
+                v,
+                "stale-act",
+                "leader acts",
+                (top, -1),
+                (*term, *client),
+                String::new(),
+            );
+        }
+        top = top.max(*term);
+    }
+}
+
+fn push_db(
+    v: &mut Verdict,
+    kind: &'static str,
+    resource: &str,
+    a: (i64, i32),
+    b: (i64, i32),
+    note: String,
+) {
+    if v.violations.len() >= 200 {
+        return;
+    }
+    v.violations.push(Violation {
+        kind,
+        resource: resource.to_string(),
+        first: format!("write with token {} by client {}", a.0, a.1),
+        second: format!("write with token {} by client {} {note}", b.0, b.1),
+        first_at: 0.0,
+        second_at: 0.0,
+    });
+}

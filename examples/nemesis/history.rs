@@ -1,0 +1,156 @@
+//! What the run did, as the checker reads it: every hold from its lock call
+//! to its release with the validity its holder claimed, every lock call,
+//! every fault, every run-once job, every lock key seen on an instance. All
+//! times are instants of the one monotonic clock of this process, so holds
+//! of different clients compare directly.
+
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::args::Workload;
+use crate::nemesis::Nemesis;
+
+/// One guard (lock, set, leadership), from the call that returned it to
+/// its release.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    pub client: usize,
+    pub workload: Workload,
+    /// Each resource held, with its fencing token.
+    pub tokens: Vec<(String, u64)>,
+    /// The lock call began.
+    pub start: Instant,
+    /// The lock call returned the guard.
+    pub granted: Instant,
+    /// The latest instant the holder was told it holds: the largest
+    /// `now + validity()` it read while `validity()` was positive.
+    pub claim_end: Instant,
+    /// The holder began to release: it no longer acts as the holder.
+    pub releasing: Instant,
+    /// The release returned (the guard is gone).
+    pub end: Instant,
+    /// The longest TTL (or hold) any request of this guard asked for: how
+    /// long its keys may live after their last write.
+    pub key_life: Duration,
+}
+
+/// What a holder believes, as it reads it: call [`Claim::note`] with
+/// `validity()` each time the holder checks.
+#[derive(Debug, Clone, Copy)]
+pub struct Claim {
+    pub end: Instant,
+}
+
+impl Claim {
+    pub fn new(granted: Instant) -> Claim {
+        Claim { end: granted }
+    }
+
+    /// Records that the holder was just told it holds for `validity` more.
+    pub fn note(&mut self, validity: Duration) {
+        if !validity.is_zero() {
+            self.end = self.end.max(Instant::now() + validity);
+        }
+    }
+}
+
+/// A lock call that did not return a guard (refused, unavailable, lost to
+/// a fault): what the liveness and orphan checks need.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub client: usize,
+    pub resources: Vec<String>,
+    pub start: Instant,
+    pub end: Instant,
+    pub wait: Duration,
+    pub key_life: Duration,
+}
+
+/// One fault, from injection to healing.
+#[derive(Debug, Clone)]
+pub struct FaultRecord {
+    pub nemesis: Nemesis,
+    pub instances: Vec<usize>,
+    pub start: Instant,
+    pub end: Instant,
+    pub detail: String,
+}
+
+/// One run of a scheduled once-only job.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub window: u64,
+    pub client: usize,
+    pub token: u64,
+    pub granted: Instant,
+}
+
+/// A lock key holding a client's value, read straight from an instance.
+#[derive(Debug, Clone)]
+pub struct Sighting {
+    pub resource: String,
+    pub instance: usize,
+    pub client: usize,
+    pub at: Instant,
+    /// The key's time to live then.
+    pub pttl: Duration,
+}
+
+/// Everything recorded, shared by the run's threads.
+pub struct History {
+    pub epoch: Instant,
+    pub holds: Mutex<Vec<Hold>>,
+    pub calls: Mutex<Vec<Call>>,
+    pub faults: Mutex<Vec<FaultRecord>>,
+    pub runs: Mutex<Vec<Run>>,
+    pub sightings: Mutex<Vec<Sighting>>,
+    /// Operations attempted, errors seen (by kind), refused writes.
+    pub ops: Mutex<Counters>,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct Counters {
+    pub ops: u64,
+    pub grants: u64,
+    pub contended: u64,
+    pub unavailable: u64,
+    pub other_errors: u64,
+    pub lost_before_write: u64,
+    pub writes_refused: u64,
+    pub stalls: u64,
+    pub extends: u64,
+    pub database_errors: u64,
+}
+
+impl History {
+    pub fn new(epoch: Instant) -> History {
+        History {
+            epoch,
+            holds: Mutex::new(Vec::new()),
+            calls: Mutex::new(Vec::new()),
+            faults: Mutex::new(Vec::new()),
+            runs: Mutex::new(Vec::new()),
+            sightings: Mutex::new(Vec::new()),
+            ops: Mutex::new(Counters::default()),
+        }
+    }
+
+    /// Seconds since the run started.
+    pub fn secs(&self, at: Instant) -> f64 {
+        at.saturating_duration_since(self.epoch).as_secs_f64()
+    }
+
+    pub fn count(&self, bump: impl FnOnce(&mut Counters)) {
+        bump(&mut self.ops.lock());
+    }
+
+    /// Counts a failed lock call by its error.
+    pub fn count_error(&self, error: &redfence::Error) {
+        self.count(|c| match error {
+            redfence::Error::Contended { .. } => c.contended += 1,
+            redfence::Error::Unavailable { .. } => c.unavailable += 1,
+            _ => c.other_errors += 1,
+        });
+    }
+}

@@ -1,0 +1,351 @@
+//! The nemesis bench: many clients doing real work through every
+//! capability (fenced read-modify-writes on single locks and on sets,
+//! elections, once-only jobs), a seeded schedule of real faults (servers
+//! stopped, killed, restarted from snapshots, links cut, requests held and
+//! delivered late, clocks moved, holders stalled), a recorded history, and
+//! a checker that judges the history.
+//!
+//! ```sh
+//! cargo run --release --features testing --example nemesis -- \
+//!   --workload register --nemesis pause,kill,late,clock --duration 60 \
+//!   --seed 7 --report target/nemesis
+//! ```
+//!
+//! See `docs/testing.md` ("The nemesis bench") for the flags, what each
+//! check proves and what it cannot, and how to read the report. Exit 0: no
+//! violation; 1: a violation; 2: the run could not be set up.
+
+mod args;
+mod checker;
+mod cluster;
+mod history;
+mod nemesis;
+mod report;
+mod watcher;
+mod workloads;
+
+use std::collections::BTreeMap;
+use std::io;
+use std::process::ExitCode;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use postgres::{Client, NoTls};
+use redfence::crossbeam_channel;
+use redfence::sql;
+use redfence::testing::PostgresServer;
+
+use args::{Args, Workload};
+use checker::Stored;
+use cluster::Cluster;
+use history::History;
+use nemesis::{Nemesis, Schedule, Stalls};
+
+/// The registers' lease, and how long a lock call waits.
+pub const TTL: Duration = Duration::from_millis(1000);
+pub const WAIT: Duration = Duration::from_secs(2);
+/// The longest manual extension a holder asks for.
+pub const EXTEND_MAX: Duration = Duration::from_secs(3);
+pub const INSTANCE_TIMEOUT: Duration = Duration::from_millis(150);
+pub const REGISTERS: [&str; 3] = ["reg-0", "reg-1", "reg-2"];
+pub const ELECTION: &str = "leader";
+pub const ELECTION_LEASE: Duration = Duration::from_millis(1000);
+/// The once-only job: a window per run, a hold that covers the window's
+/// start-up jitter, a short lease.
+pub const RUN_JOB: &str = "nightly-job";
+pub const RUN_WINDOW: Duration = Duration::from_secs(2);
+pub const RUN_HOLD: Duration = Duration::from_millis(1500);
+pub const RUN_TTL: Duration = Duration::from_millis(500);
+/// The longest any lock key lives past its last write: every TTL, manual
+/// extension and hold above is at most this.
+pub const MAX_KEY_LIFE: Duration = Duration::from_secs(3);
+
+/// How long a workload's lock call waits.
+pub fn wait_of(workload: Workload) -> Duration {
+    match workload {
+        Workload::RunOnce => Duration::ZERO,
+        _ => WAIT,
+    }
+}
+
+fn main() -> ExitCode {
+    let args = match args::parse(std::env::args().skip(1)) {
+        Ok(Some(args)) => args,
+        Ok(None) => {
+            println!("{}", args::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("nemesis: {e}\n\n{}", args::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    match run(&args) {
+        Ok(false) => ExitCode::SUCCESS,
+        Ok(true) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("nemesis: could not set up the run: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// `Ok(true)` when the checker found a violation.
+fn run(args: &Args) -> Result<bool, BoxError> {
+    println!("seed {}", args.seed);
+    let (cluster, nemeses) = start_cluster(args)?;
+    let pg = PostgresServer::try_start()?;
+    prepare_database(&pg.url())?;
+    let workloads = assign(args);
+    println!(
+        "{} instances ({}), {} clients ({}), nemeses: {}, {} s{}",
+        cluster.len(),
+        cluster.version(),
+        args.clients,
+        names(workloads.iter().map(|w| w.name())),
+        names(nemeses.iter().map(|n| n.name())),
+        args.duration.as_secs(),
+        if args.unfenced {
+            ", UNFENCED control"
+        } else {
+            ""
+        },
+    );
+    let epoch = Instant::now();
+    let history = History::new(epoch);
+    let until = epoch + args.duration;
+    exercise(
+        args,
+        &cluster,
+        &pg.url(),
+        &history,
+        &nemeses,
+        &workloads,
+        until,
+    );
+    let stored = read_database(&pg.url())?;
+    let verdict = checker::check(&history, &stored);
+    let info = report::RunInfo {
+        seed: args.seed,
+        duration_s: epoch.elapsed().as_secs_f64(),
+        server: &cluster.version(),
+        workloads: workloads.iter().map(|w| w.name()).collect(),
+        nemeses: nemeses.iter().map(|n| n.name()).collect(),
+        unfenced: args.unfenced,
+        instances: cluster.len(),
+        clients: args.clients,
+    };
+    let results = report::results(&info, &history, &verdict);
+    summarise(&results);
+    if let Some(dir) = &args.report {
+        report::write(
+            dir,
+            &results,
+            &history,
+            &verdict,
+            (args.clients, cluster.len()),
+        )?;
+        println!("report: {}", dir.display());
+    }
+    Ok(verdict.failed())
+}
+
+fn names<'a>(it: impl Iterator<Item = &'a str>) -> String {
+    let mut v: Vec<&str> = it.collect();
+    v.sort_unstable();
+    v.dedup();
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(",")
+    }
+}
+
+/// Starts the instances, under libfaketime when the clock nemesis is
+/// asked for (an error if the server cannot run there) or, by default,
+/// when the server can (the clock nemesis is left out otherwise).
+fn start_cluster(args: &Args) -> Result<(Cluster, Vec<Nemesis>), BoxError> {
+    let program = args.server.clone();
+    match &args.nemeses {
+        Some(list) => {
+            let clock = list.contains(&Nemesis::Clock);
+            let cluster = Cluster::start(args.instances, program, clock)
+                .map_err(|e| clock_error(clock, e))?;
+            Ok((cluster, list.clone()))
+        }
+        None => match Cluster::start(args.instances, program.clone(), true) {
+            Ok(cluster) => Ok((cluster, Nemesis::ALL.to_vec())),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Unsupported | io::ErrorKind::NotFound
+                ) =>
+            {
+                println!("clock: this server does not run under libfaketime; left out");
+                let cluster = Cluster::start(args.instances, program, false)?;
+                let list = Nemesis::ALL
+                    .into_iter()
+                    .filter(|n| *n != Nemesis::Clock)
+                    .collect();
+                Ok((cluster, list))
+            }
+            Err(e) => Err(e.into()),
+        },
+    }
+}
+
+fn clock_error(clock: bool, e: io::Error) -> BoxError {
+    if clock
+        && matches!(
+            e.kind(),
+            io::ErrorKind::Unsupported | io::ErrorKind::NotFound
+        )
+    {
+        format!("--nemesis clock needs a server that runs under libfaketime (Valkey from .ci/setup) and the faketime package: {e}").into()
+    } else {
+        e.into()
+    }
+}
+
+/// Which workload each client runs: round robin over those asked for.
+fn assign(args: &Args) -> Vec<Workload> {
+    (0..args.clients)
+        .map(|i| args.workloads[i % args.workloads.len()])
+        .collect()
+}
+
+fn prepare_database(url: &str) -> Result<(), BoxError> {
+    let mut db = Client::connect(url, NoTls)?;
+    db.batch_execute(sql::CREATE_FENCE_TABLE)?;
+    db.batch_execute(workloads::SCHEMA)?;
+    for r in REGISTERS {
+        db.execute(
+            "INSERT INTO counters (resource, value) VALUES ($1, 0)",
+            &[&r],
+        )?;
+    }
+    Ok(())
+}
+
+/// Runs the clients, the nemesis and the key watcher until the end, and
+/// returns once every fault is healed and every client stopped.
+fn exercise(
+    args: &Args,
+    cluster: &Cluster,
+    pg_url: &str,
+    history: &History,
+    nemeses: &[Nemesis],
+    workloads: &[Workload],
+    until: Instant,
+) {
+    let stalls = Stalls::default();
+    let ctx = workloads::Ctx {
+        history,
+        stalls: &stalls,
+        urls: cluster.urls(),
+        pg_url: pg_url.to_string(),
+        unfenced: args.unfenced,
+        until,
+    };
+    let (stop_watching, stopped) = crossbeam_channel::bounded::<()>(0);
+    let mut watched: Vec<String> = REGISTERS.iter().map(|r| r.to_string()).collect();
+    watched.push(RUN_JOB.to_string());
+    watched.push(format!("election:{ELECTION}"));
+    let watched: Vec<&str> = watched.iter().map(String::as_str).collect();
+    thread::scope(|s| {
+        let (watched, stopped) = (&watched, &stopped);
+        let watcher = thread::Builder::new()
+            .name("nemesis-watcher".into())
+            .spawn_scoped(s, || {
+                watcher::watch(cluster, history, watched, args.clients, stopped)
+            });
+        let mut clients = Vec::new();
+        for (id, workload) in workloads.iter().enumerate() {
+            let ctx = &ctx;
+            let spawned = thread::Builder::new()
+                .name(format!("nemesis-client-{id}"))
+                .spawn_scoped(s, move || workloads::run(ctx, id, *workload, args.seed));
+            clients.push(spawned);
+        }
+        let schedule = Schedule::new(
+            cluster,
+            history,
+            &stalls,
+            nemeses.to_vec(),
+            args.seed,
+            until,
+        );
+        schedule.run();
+        for (id, client) in clients.into_iter().enumerate() {
+            match client.map(|h| h.join()) {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(e))) => eprintln!("client {id} could not start: {e}"),
+                Ok(Err(_)) => eprintln!("client {id} panicked"),
+                Err(e) => eprintln!("client {id}: no thread: {e}"),
+            }
+        }
+        drop(stop_watching);
+        if let Ok(w) = watcher {
+            let _ = w.join();
+        }
+    });
+}
+
+fn read_database(url: &str) -> Result<Stored, BoxError> {
+    let mut db = Client::connect(url, NoTls)?;
+    let counters: BTreeMap<String, i64> = db
+        .query("SELECT resource, value FROM counters", &[])?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let writes = db
+        .query(
+            "SELECT resource, token, client, read FROM writes ORDER BY id",
+            &[],
+        )?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    let acts = db
+        .query("SELECT term, client FROM acts ORDER BY id", &[])?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    Ok(Stored {
+        counters,
+        writes,
+        acts,
+    })
+}
+
+fn summarise(results: &serde_json::Value) {
+    let keys = [
+        "ops",
+        "grants",
+        "contended",
+        "unavailable",
+        "writes_refused",
+        "stalls",
+        "faults",
+        "lost_updates",
+        "stale_writes_accepted",
+        "token_regressions",
+        "overlaps",
+        "overlaps_excused",
+        "run_once_duplicates",
+        "leader_overlaps",
+        "orphan_locks",
+        "stuck_calls",
+    ];
+    for k in keys {
+        println!("{k}: {}", results[k]);
+    }
+    if let Some(list) = results["violations"].as_array() {
+        for v in list.iter().take(10) {
+            println!("VIOLATION {}", v);
+        }
+        println!("violations: {}", list.len());
+    }
+}

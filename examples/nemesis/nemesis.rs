@@ -1,0 +1,343 @@
+//! The faults, one at a time on a seeded schedule, each healed before the
+//! next and all healed before the run's final read.
+//!
+//! Faults that lose data or move clocks touch at most a minority, as the
+//! guarantees assume; pauses, partitions and late requests may take a
+//! majority (they cost liveness, never safety). A killed instance comes
+//! back only after the longest lease has run out (the restart the
+//! guarantees assume); `restart` and `rollback` come back at once, which
+//! the guarantees do not cover for exclusion (a known Redlock limit), so
+//! the checker excuses overlapping holders right after them, and only
+//! those.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::seq::index::sample;
+use rand::{Rng, SeedableRng};
+use redfence::testing::Fault;
+
+use crate::cluster::Cluster;
+use crate::history::{FaultRecord, History};
+use crate::MAX_KEY_LIFE;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Nemesis {
+    Pause,
+    Kill,
+    Restart,
+    Rollback,
+    Partition,
+    Late,
+    Clock,
+    ClientPause,
+}
+
+impl Nemesis {
+    pub const ALL: [Nemesis; 8] = [
+        Nemesis::Pause,
+        Nemesis::Kill,
+        Nemesis::Restart,
+        Nemesis::Rollback,
+        Nemesis::Partition,
+        Nemesis::Late,
+        Nemesis::Clock,
+        Nemesis::ClientPause,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Nemesis::Pause => "pause",
+            Nemesis::Kill => "kill",
+            Nemesis::Restart => "restart",
+            Nemesis::Rollback => "rollback",
+            Nemesis::Partition => "partition",
+            Nemesis::Late => "late",
+            Nemesis::Clock => "clock",
+            Nemesis::ClientPause => "client-pause",
+        }
+    }
+
+    /// Whether this fault may let two holders overlap without breaking a
+    /// documented guarantee: an instance back at once without its data.
+    pub fn excuses_overlaps(self) -> bool {
+        matches!(self, Nemesis::Restart | Nemesis::Rollback)
+    }
+
+    /// Whether this fault may leave a lock key on its instances after its
+    /// holder is gone, until the key expires: it keeps a release or a
+    /// clean-up from arriving, brings old keys back, or moves the clock
+    /// the expiry is measured on.
+    pub fn excuses_orphans(self) -> bool {
+        !matches!(self, Nemesis::Late | Nemesis::Clock | Nemesis::ClientPause)
+    }
+}
+
+/// Stalls the client-pause nemesis asks for: each is taken by the next
+/// holder that checks (see `workloads.rs`).
+#[derive(Default)]
+pub struct Stalls(AtomicUsize);
+
+impl Stalls {
+    pub fn request(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Takes one requested stall, if any.
+    pub fn take(&self) -> bool {
+        self.0
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+}
+
+pub struct Schedule<'a> {
+    pub cluster: &'a Cluster,
+    pub history: &'a History,
+    pub stalls: &'a Stalls,
+    pub enabled: Vec<Nemesis>,
+    pub rng: StdRng,
+    /// No fault starts after this; each ends by `end`.
+    pub until: Instant,
+}
+
+impl Schedule<'_> {
+    pub fn new<'a>(
+        cluster: &'a Cluster,
+        history: &'a History,
+        stalls: &'a Stalls,
+        enabled: Vec<Nemesis>,
+        seed: u64,
+        until: Instant,
+    ) -> Schedule<'a> {
+        Schedule {
+            cluster,
+            history,
+            stalls,
+            enabled,
+            rng: StdRng::seed_from_u64(seed ^ 0x006e_656d_6573_6973),
+            until,
+        }
+    }
+
+    /// Injects faults until `until`: a quiet gap, then one fault.
+    pub fn run(mut self) {
+        if self.enabled.is_empty() {
+            return;
+        }
+        while Instant::now() < self.until {
+            let gap = self.millis(200, 900);
+            self.sleep(gap);
+            if Instant::now() >= self.until {
+                break;
+            }
+            let nemesis = self.enabled[self.rng.random_range(0..self.enabled.len())];
+            let start = Instant::now();
+            let (instances, detail) = self.inject(nemesis);
+            self.history.faults.lock().push(FaultRecord {
+                nemesis,
+                instances,
+                start,
+                end: Instant::now(),
+                detail,
+            });
+        }
+    }
+
+    fn inject(&mut self, nemesis: Nemesis) -> (Vec<usize>, String) {
+        match nemesis {
+            Nemesis::Pause => self.pause(),
+            Nemesis::Kill => self.kill(),
+            Nemesis::Restart => self.restart(),
+            Nemesis::Rollback => self.rollback(),
+            Nemesis::Partition => self.partition(),
+            Nemesis::Late => self.late(),
+            Nemesis::Clock => self.clock(),
+            Nemesis::ClientPause => {
+                self.stalls.request();
+                (Vec::new(), "the next holder stalls past its lease".into())
+            }
+        }
+    }
+
+    fn pause(&mut self) -> (Vec<usize>, String) {
+        let victims = self.pick(1, self.cluster.len() / 2 + 1);
+        let hold = self.millis(300, 2000);
+        for &i in &victims {
+            self.cluster.server(i).stop();
+        }
+        self.sleep(hold);
+        for &i in &victims {
+            self.cluster.server(i).cont();
+        }
+        (victims, format!("SIGSTOP for {} ms", hold.as_millis()))
+    }
+
+    fn kill(&mut self) -> (Vec<usize>, String) {
+        let victims = self.pick(1, self.cluster.minority());
+        // Back only once every lease it held has run out.
+        let down = MAX_KEY_LIFE + self.millis(500, 1500);
+        for &i in &victims {
+            self.cluster.kill(i);
+        }
+        self.sleep(down);
+        let detail = self.start_again(&victims);
+        (
+            victims,
+            format!(
+                "kill -9, no persistence, down {} ms{detail}",
+                down.as_millis()
+            ),
+        )
+    }
+
+    fn restart(&mut self) -> (Vec<usize>, String) {
+        let victims = self.pick(1, self.cluster.minority());
+        for &i in &victims {
+            self.cluster.kill(i);
+        }
+        let detail = self.start_again(&victims);
+        (
+            victims,
+            format!("kill -9, no persistence, back at once{detail}"),
+        )
+    }
+
+    fn rollback(&mut self) -> (Vec<usize>, String) {
+        let victims = self.pick(1, self.cluster.minority());
+        let age = self.millis(500, 3000);
+        let saved: Vec<usize> = victims
+            .iter()
+            .copied()
+            .filter(|&i| self.cluster.snapshot(i).is_ok())
+            .collect();
+        self.sleep(age);
+        let mut failed = String::new();
+        for &i in &saved {
+            if let Err(e) = self.cluster.roll_back(i) {
+                failed.push_str(&format!("; #{i} did not start: {e}"));
+            }
+        }
+        let detail = format!("back from a snapshot {} ms old{failed}", age.as_millis());
+        (saved, detail)
+    }
+
+    fn start_again(&self, victims: &[usize]) -> String {
+        let mut failed = String::new();
+        for &i in victims {
+            if let Err(e) = self.cluster.start_again(i) {
+                failed.push_str(&format!("; #{i} did not start: {e}"));
+            }
+        }
+        failed
+    }
+
+    fn partition(&mut self) -> (Vec<usize>, String) {
+        let victims = self.pick(1, self.cluster.len());
+        let hold = self.millis(300, 2500);
+        let (fault, what) = if self.rng.random_bool(0.5) {
+            (Fault::BlackHole, "black hole")
+        } else {
+            (Fault::Reset, "connections reset")
+        };
+        self.with_fault(&victims, fault, hold);
+        (victims, format!("{what} for {} ms", hold.as_millis()))
+    }
+
+    /// Requests on the connections open now are held, then delivered:
+    /// after the client gave up on them and sent more on new connections.
+    fn late(&mut self) -> (Vec<usize>, String) {
+        let victims = self.pick(1, self.cluster.len());
+        let delay = self.millis(200, 800);
+        let hold = delay + self.millis(100, 1000);
+        self.with_fault(&victims, Fault::DelayOpen(delay), hold);
+        (
+            victims,
+            format!("held {} ms, for {} ms", delay.as_millis(), hold.as_millis()),
+        )
+    }
+
+    fn with_fault(&mut self, victims: &[usize], fault: Fault, hold: Duration) {
+        for &i in victims {
+            self.cluster.set_fault(i, fault);
+        }
+        self.sleep(hold);
+        for &i in victims {
+            self.cluster.set_fault(i, Fault::Pass);
+        }
+    }
+
+    /// A minority's clocks jump forward or back, or strobe between the
+    /// two, then are set right.
+    fn clock(&mut self) -> (Vec<usize>, String) {
+        let victims = self.pick(1, self.cluster.minority());
+        let by = self.millis(500, 5000);
+        let hold = self.millis(500, 3000);
+        let kind = self.rng.random_range(0..3);
+        match kind {
+            0 => self.shift_clocks(&victims, by.as_millis() as i64),
+            1 => self.shift_clocks(&victims, -(by.as_millis() as i64)),
+            _ => self.strobe(&victims, by, hold),
+        }
+        if kind < 2 {
+            self.sleep(hold);
+        }
+        for &i in &victims {
+            let off = self.cluster.server(i).clock_offset_ms();
+            self.shift_clocks(&[i], -off);
+        }
+        let what = ["forward", "back", "strobed ±"][kind];
+        let detail = format!(
+            "clock {what} {} ms for {} ms",
+            by.as_millis(),
+            hold.as_millis()
+        );
+        (victims, detail)
+    }
+
+    fn strobe(&mut self, victims: &[usize], by: Duration, hold: Duration) {
+        let end = Instant::now() + hold;
+        let step = by.as_millis() as i64;
+        let mut sign = 1;
+        while Instant::now() < end {
+            self.shift_clocks(victims, sign * step);
+            sign = -sign;
+            self.sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn shift_clocks(&self, victims: &[usize], by_ms: i64) {
+        for &i in victims {
+            let server = self.cluster.server(i);
+            let by = Duration::from_millis(by_ms.unsigned_abs());
+            if by_ms >= 0 {
+                server.jump_clock_forward(by);
+            } else {
+                server.jump_clock_back(by);
+            }
+        }
+    }
+
+    /// Between `min` and `max` distinct instances, at random.
+    fn pick(&mut self, min: usize, max: usize) -> Vec<usize> {
+        let n = self.cluster.len();
+        let k = self.rng.random_range(min..=max.max(min).min(n));
+        let mut victims = sample(&mut self.rng, n, k).into_vec();
+        victims.sort_unstable();
+        victims
+    }
+
+    fn millis(&mut self, min: u64, max: u64) -> Duration {
+        Duration::from_millis(self.rng.random_range(min..=max))
+    }
+
+    /// Waits, but never past the run's end plus the fault's own bound:
+    /// faults are over before the final read.
+    fn sleep(&self, d: Duration) {
+        let latest = self.until + MAX_KEY_LIFE * 2;
+        let left = latest.saturating_duration_since(Instant::now());
+        thread::sleep(d.min(left));
+    }
+}

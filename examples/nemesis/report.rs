@@ -1,0 +1,221 @@
+//! `results.json` (the run's counts and every violation) and
+//! `timeline.svg` (one lane per client and per instance: holds as bars,
+//! faults shaded, violations marked).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+
+use plotters::prelude::*;
+use serde_json::{json, Value};
+
+use crate::checker::Verdict;
+use crate::history::{Counters, History};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What the run was, for the report's header.
+pub struct RunInfo<'a> {
+    pub seed: u64,
+    pub duration_s: f64,
+    pub server: &'a str,
+    pub workloads: Vec<&'static str>,
+    pub nemeses: Vec<&'static str>,
+    pub unfenced: bool,
+    pub instances: usize,
+    pub clients: usize,
+}
+
+pub fn results(info: &RunInfo<'_>, history: &History, verdict: &Verdict) -> Value {
+    let counters: Counters = history.ops.lock().clone();
+    let mut faults: BTreeMap<&str, u64> = BTreeMap::new();
+    for f in history.faults.lock().iter() {
+        *faults.entry(f.nemesis.name()).or_default() += 1;
+    }
+    let violations: Vec<Value> = verdict
+        .violations
+        .iter()
+        .map(|v| {
+            json!({
+                "kind": v.kind, "resource": v.resource,
+                "first": v.first, "second": v.second,
+                "first_at_s": round3(v.first_at), "second_at_s": round3(v.second_at),
+            })
+        })
+        .collect();
+    let fault_log: Vec<Value> = history
+        .faults
+        .lock()
+        .iter()
+        .map(|f| {
+            json!({
+                "nemesis": f.nemesis.name(), "instances": f.instances,
+                "start_s": round3(history.secs(f.start)), "end_s": round3(history.secs(f.end)),
+                "detail": f.detail,
+            })
+        })
+        .collect();
+    json!({
+        "seed": info.seed,
+        "duration_s": round3(info.duration_s),
+        "server": info.server,
+        "workloads": info.workloads,
+        "nemeses": info.nemeses,
+        "unfenced": info.unfenced,
+        "instances": info.instances,
+        "clients": info.clients,
+        "ops": counters.ops,
+        "grants": counters.grants,
+        "contended": counters.contended,
+        "unavailable": counters.unavailable,
+        "other_errors": counters.other_errors,
+        "extends": counters.extends,
+        "stalls": counters.stalls,
+        "writes_refused": counters.writes_refused,
+        "lost_before_write": counters.lost_before_write,
+        "database_errors": counters.database_errors,
+        "faults": faults,
+        "lost_updates": verdict.lost_updates,
+        "stale_writes_accepted": verdict.stale_writes_accepted,
+        "token_regressions": verdict.token_regressions,
+        "overlaps": verdict.overlaps,
+        "overlaps_excused": verdict.overlaps_excused,
+        "run_once_duplicates": verdict.run_once_duplicates,
+        "run_once_excused": verdict.run_once_excused,
+        "leader_overlaps": verdict.leader_overlaps,
+        "orphan_locks": verdict.orphans,
+        "stuck_calls": verdict.stuck_calls,
+        "violations": violations,
+        "fault_log": fault_log,
+    })
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+pub fn write(
+    dir: &Path,
+    results: &Value,
+    history: &History,
+    verdict: &Verdict,
+    lanes: (usize, usize),
+) -> Result<(), BoxError> {
+    fs::create_dir_all(dir)?;
+    fs::write(
+        dir.join("results.json"),
+        serde_json::to_string_pretty(results)? + "\n",
+    )?;
+    timeline(&dir.join("timeline.svg"), history, verdict, lanes)
+}
+
+const LANE: u32 = 22;
+
+/// Lanes: clients first (holds as bars, coloured by workload), then
+/// instances (faults shaded); violations as red lines across every lane.
+fn timeline(
+    path: &Path,
+    history: &History,
+    verdict: &Verdict,
+    (clients, instances): (usize, usize),
+) -> Result<(), BoxError> {
+    let lanes = (clients + instances) as f64;
+    let end = history
+        .faults
+        .lock()
+        .iter()
+        .map(|f| history.secs(f.end))
+        .fold(1.0, f64::max);
+    let end = history
+        .holds
+        .lock()
+        .iter()
+        .map(|h| history.secs(h.end))
+        .fold(end, f64::max);
+    let height = 80 + LANE * (clients + instances) as u32;
+    let root = SVGBackend::new(path, (1400, height)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "holds (clients), faults (instances), violations (red)",
+            ("sans-serif", 16),
+        )
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(90)
+        .build_cartesian_2d(0.0..end, 0.0..lanes)?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(clients + instances)
+        .y_label_formatter(&|y| lane_name(*y, clients))
+        .x_desc("seconds")
+        .draw()?;
+    let holds = history.holds.lock().clone();
+    chart.draw_series(holds.iter().map(|h| {
+        let y = h.client as f64;
+        let x0 = history.secs(h.granted);
+        let x1 = history.secs(h.claim_end.min(h.releasing)).max(x0 + 0.01);
+        Rectangle::new(
+            [(x0, y + 0.15), (x1, y + 0.85)],
+            workload_colour(h.workload).filled(),
+        )
+    }))?;
+    let faults = history.faults.lock().clone();
+    chart.draw_series(faults.iter().flat_map(|f| {
+        let (x0, x1) = (history.secs(f.start), history.secs(f.end));
+        let lanes: Vec<f64> = if f.instances.is_empty() {
+            (0..clients).map(|c| c as f64).collect()
+        } else {
+            f.instances.iter().map(|&i| (clients + i) as f64).collect()
+        };
+        let colour = fault_colour(f.nemesis.name());
+        lanes
+            .into_iter()
+            .map(move |y| Rectangle::new([(x0, y + 0.1), (x1, y + 0.9)], colour.mix(0.6).filled()))
+    }))?;
+    chart.draw_series(
+        verdict
+            .violations
+            .iter()
+            .filter(|v| v.second_at > 0.0)
+            .map(|v| {
+                PathElement::new(
+                    vec![(v.second_at, 0.0), (v.second_at, lanes)],
+                    RED.stroke_width(2),
+                )
+            }),
+    )?;
+    root.present()?;
+    Ok(())
+}
+
+fn lane_name(y: f64, clients: usize) -> String {
+    let lane = y.floor() as usize;
+    if lane < clients {
+        format!("client {lane}")
+    } else {
+        format!("instance {}", lane - clients)
+    }
+}
+
+fn workload_colour(w: crate::args::Workload) -> RGBColor {
+    use crate::args::Workload::*;
+    match w {
+        Register => RGBColor(70, 130, 180),
+        Multi => RGBColor(60, 160, 90),
+        Election => RGBColor(150, 90, 170),
+        RunOnce => RGBColor(200, 140, 40),
+    }
+}
+
+fn fault_colour(name: &str) -> RGBColor {
+    match name {
+        "pause" => RGBColor(120, 120, 120),
+        "kill" | "restart" | "rollback" => RGBColor(40, 40, 40),
+        "partition" => RGBColor(230, 120, 50),
+        "late" => RGBColor(240, 200, 60),
+        "clock" => RGBColor(90, 170, 220),
+        _ => RGBColor(200, 100, 200),
+    }
+}
