@@ -306,8 +306,7 @@ fn orphans(history: &History, holds: &[Hold], faults: &[FaultRecord], v: &mut Ve
 fn calls_end(history: &History, holds: &[Hold], v: &mut Verdict) {
     let mut late = Vec::new();
     for h in holds {
-        let wait = crate::wait_of(h.workload);
-        if h.granted.duration_since(h.start) > wait + STUCK_AFTER_WAIT {
+        if h.granted.duration_since(h.start) > h.wait + STUCK_AFTER_WAIT {
             late.push((
                 h.tokens.first().map(|t| t.0.clone()).unwrap_or_default(),
                 h.client,

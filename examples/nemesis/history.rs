@@ -33,6 +33,8 @@ pub struct Hold {
     /// The longest TTL (or hold) any request of this guard asked for: how
     /// long its keys may live after their last write.
     pub key_life: Duration,
+    /// How long the lock call was allowed to wait.
+    pub wait: Duration,
 }
 
 /// What a holder believes, as it reads it: call [`Claim::note`] with

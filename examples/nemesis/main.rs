@@ -50,23 +50,17 @@ pub const INSTANCE_TIMEOUT: Duration = Duration::from_millis(150);
 pub const REGISTERS: [&str; 3] = ["reg-0", "reg-1", "reg-2"];
 pub const ELECTION: &str = "leader";
 pub const ELECTION_LEASE: Duration = Duration::from_millis(1000);
-/// The once-only job: a window per run, a hold that covers the window's
-/// start-up jitter, a short lease.
+/// The once-only job: a window per run, clients that start anywhere in
+/// its first second (clocks and cron daemons differ), a hold that covers
+/// that, a short lease.
 pub const RUN_JOB: &str = "nightly-job";
 pub const RUN_WINDOW: Duration = Duration::from_secs(2);
 pub const RUN_HOLD: Duration = Duration::from_millis(1500);
 pub const RUN_TTL: Duration = Duration::from_millis(500);
+pub const RUN_JITTER: Duration = Duration::from_millis(1000);
 /// The longest any lock key lives past its last write: every TTL, manual
 /// extension and hold above is at most this.
 pub const MAX_KEY_LIFE: Duration = Duration::from_secs(3);
-
-/// How long a workload's lock call waits.
-pub fn wait_of(workload: Workload) -> Duration {
-    match workload {
-        Workload::RunOnce => Duration::ZERO,
-        _ => WAIT,
-    }
-}
 
 fn main() -> ExitCode {
     let args = match args::parse(std::env::args().skip(1)) {

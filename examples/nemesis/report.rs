@@ -110,6 +110,9 @@ pub fn write(
 }
 
 const LANE: u32 = 22;
+const CAPTION: &str = "holds: register blue, multi green, election purple, run-once orange; \
+     faults: pause grey, kill/restart/rollback black, partition orange, late yellow, \
+     clock light blue, client-pause pink (on client lanes); violations: red lines";
 
 /// Lanes: clients first (holds as bars, coloured by workload), then
 /// instances (faults shaded); violations as red lines across every lane.
@@ -136,18 +139,15 @@ fn timeline(
     let root = SVGBackend::new(path, (1400, height)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
-        .caption(
-            "holds (clients), faults (instances), violations (red)",
-            ("sans-serif", 16),
-        )
+        .caption(CAPTION, ("sans-serif", 13))
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(90)
-        .build_cartesian_2d(0.0..end, 0.0..lanes)?;
+        .build_cartesian_2d(0.0..end, -0.5..lanes - 0.5)?;
     chart
         .configure_mesh()
         .disable_y_mesh()
-        .y_labels(clients + instances)
+        .y_labels(clients + instances + 1)
         .y_label_formatter(&|y| lane_name(*y, clients))
         .x_desc("seconds")
         .draw()?;
@@ -172,7 +172,7 @@ fn timeline(
         let colour = fault_colour(f.nemesis.name());
         lanes
             .into_iter()
-            .map(move |y| Rectangle::new([(x0, y + 0.1), (x1, y + 0.9)], colour.mix(0.6).filled()))
+            .map(move |y| Rectangle::new([(x0, y - 0.4), (x1, y + 0.4)], colour.mix(0.6).filled()))
     }))?;
     chart.draw_series(
         verdict
@@ -191,7 +191,10 @@ fn timeline(
 }
 
 fn lane_name(y: f64, clients: usize) -> String {
-    let lane = y.floor() as usize;
+    if (y - y.round()).abs() > 0.01 || y < 0.0 {
+        return String::new();
+    }
+    let lane = y.round() as usize;
     if lane < clients {
         format!("client {lane}")
     } else {

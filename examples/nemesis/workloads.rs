@@ -25,8 +25,8 @@ use crate::args::Workload;
 use crate::history::{Call, Claim, History, Hold, Run};
 use crate::nemesis::Stalls;
 use crate::{
-    ELECTION, ELECTION_LEASE, EXTEND_MAX, INSTANCE_TIMEOUT, REGISTERS, RUN_HOLD, RUN_JOB, RUN_TTL,
-    RUN_WINDOW, TTL, WAIT,
+    ELECTION, ELECTION_LEASE, EXTEND_MAX, INSTANCE_TIMEOUT, REGISTERS, RUN_HOLD, RUN_JITTER,
+    RUN_JOB, RUN_TTL, RUN_WINDOW, TTL, WAIT,
 };
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -161,7 +161,13 @@ impl Worker<'_> {
         // A stalling holder has no watchdog: its lease runs out while it
         // stalls, as a paused process's would.
         let auto = !stall && self.rng.random_bool(0.7);
-        let options = LockOptions::new().ttl(TTL).wait(WAIT).auto_extend(auto);
+        // Some callers try once and move on (`try_lock`).
+        let wait = if self.rng.random_bool(0.3) {
+            Duration::ZERO
+        } else {
+            WAIT
+        };
+        let options = LockOptions::new().ttl(TTL).wait(wait).auto_extend(auto);
         let start = Instant::now();
         let taken = if let [one] = resources {
             self.locks.lock_with(one, options).map(Guard::One)
@@ -171,12 +177,12 @@ impl Worker<'_> {
         let guard = match taken {
             Ok(g) => g,
             Err(e) => {
-                self.failed_call(resources, start, WAIT, TTL, &e);
+                self.failed_call(resources, start, wait, TTL, &e);
                 return Ok(());
             }
         };
         let granted = Instant::now();
-        let mut hold = HoldNotes::new(&guard, start, granted);
+        let mut hold = HoldNotes::new(&guard, start, granted, wait);
         let result = self.modify(&guard, &mut hold, stall);
         hold.claim.note(guard.validity());
         hold.releasing = Instant::now();
@@ -218,7 +224,8 @@ impl Worker<'_> {
     }
 
     /// Sometimes extends by a random length, and once more (as a caller
-    /// would retry) when too few instances answered.
+    /// would retry) when too few instances answered; then works on for a
+    /// part of the new lease, as a caller extends to.
     fn maybe_extend(&mut self, guard: &Guard, hold: &mut HoldNotes) {
         if !self.rng.random_bool(0.4) {
             return;
@@ -231,6 +238,9 @@ impl Worker<'_> {
             match guard.extend(ttl) {
                 Ok(()) => {
                     hold.claim.note(guard.validity());
+                    let work = (guard.validity() / 2).min(Duration::from_millis(1500));
+                    let ms = self.rng.random_range(0..=work.as_millis() as u64);
+                    thread::sleep(Duration::from_millis(ms));
                     return;
                 }
                 Err(Error::Unavailable { .. }) => continue,
@@ -322,6 +332,7 @@ impl Worker<'_> {
                 releasing,
                 end: Instant::now(),
                 key_life: ELECTION_LEASE,
+                wait: WAIT,
             });
         }
         Ok(())
@@ -352,7 +363,8 @@ impl Worker<'_> {
         let epoch = self.ctx.history.epoch;
         loop {
             let window = epoch.elapsed().as_millis() as u64 / RUN_WINDOW.as_millis() as u64 + 1;
-            let jitter = Duration::from_millis(self.rng.random_range(0..=150));
+            let jitter =
+                Duration::from_millis(self.rng.random_range(0..=RUN_JITTER.as_millis() as u64));
             let fire = epoch + RUN_WINDOW * window as u32 + jitter;
             if fire >= self.ctx.until {
                 return;
@@ -382,7 +394,7 @@ impl Worker<'_> {
             token,
             granted,
         });
-        let mut hold = HoldNotes::new(&guard, start, granted);
+        let mut hold = HoldNotes::new(&guard, start, granted, Duration::ZERO);
         hold.key_life = RUN_HOLD;
         self.pause(50, 400);
         hold.claim.note(guard.validity());
@@ -437,10 +449,11 @@ struct HoldNotes {
     claim: Claim,
     releasing: Instant,
     key_life: Duration,
+    wait: Duration,
 }
 
 impl HoldNotes {
-    fn new(guard: &Guard, start: Instant, granted: Instant) -> HoldNotes {
+    fn new(guard: &Guard, start: Instant, granted: Instant, wait: Duration) -> HoldNotes {
         let mut claim = Claim::new(granted);
         claim.note(guard.validity());
         HoldNotes {
@@ -450,6 +463,7 @@ impl HoldNotes {
             claim,
             releasing: granted,
             key_life: TTL,
+            wait,
         }
     }
 
@@ -464,6 +478,7 @@ impl HoldNotes {
             releasing: self.releasing,
             end: Instant::now(),
             key_life: self.key_life,
+            wait: self.wait,
         });
     }
 }
