@@ -9,7 +9,8 @@
 #   bash .ci/nemesis-bugs.sh --list
 #
 # Environment: NEMESIS_BUGS_SECS (run length, default 120), NEMESIS_BUGS_SEED
-# (default 7). The tree itself is never touched: each bug is applied to a
+# (default 7), NEMESIS_BUGS_NEMESIS (a --nemesis list; default: every
+# nemesis the server supports). The tree itself is never touched: each bug is applied to a
 # copy under target/nemesis-bugs/NAME (built with a shared target
 # directory). Prints, per bug, whether it was caught, the first violation
 # (kind and time) and the faults injected in the 10 s before it. Exit
@@ -23,6 +24,8 @@ source .ci/servers.sh
 
 SECS=${NEMESIS_BUGS_SECS:-120}
 SEED=${NEMESIS_BUGS_SEED:-7}
+NEMESIS_ARGS=()
+[ -n "${NEMESIS_BUGS_NEMESIS:-}" ] && NEMESIS_ARGS=(--nemesis "$NEMESIS_BUGS_NEMESIS")
 WORK=target/nemesis-bugs
 
 NAMES=()
@@ -113,7 +116,7 @@ for name in "${selected[@]}"; do
     fi
     started=$SECONDS
     "$WORK/target/release/examples/nemesis" --server "$server" --workload all \
-        --duration "$SECS" --seed "$SEED" --report "$dir/report" >"$dir/run.log" 2>&1
+        --duration "$SECS" --seed "$SEED" "${NEMESIS_ARGS[@]}" --report "$dir/report" >"$dir/run.log" 2>&1
     status=$?
     case $status in
         1) echo "$name: caught (seed $SEED, $SECS s run, $((SECONDS - started)) s with set-up)" ;;
