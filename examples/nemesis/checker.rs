@@ -259,19 +259,21 @@ fn orphans(history: &History, holds: &[Hold], faults: &[FaultRecord], v: &mut Ve
     let excuse = MAX_KEY_LIFE + CLOCK_STEP_MAX + Duration::from_secs(1);
     for s in history.sightings.lock().iter() {
         let spans = activity.get(&(s.client, s.resource.clone()));
-        let last = spans.and_then(|list| {
-            list.iter()
-                .filter(|(start, _, _)| *start <= s.at)
-                .max_by_key(|a| a.0)
-        });
-        let written_after = match last {
-            Some(&(_, end, _)) if s.at <= end => continue,
-            // Written no earlier than this: its TTL at most the key life.
-            Some(&(_, end, life)) => {
-                (s.at + s.pttl).checked_duration_since(end + life + WRITTEN_AFTER)
-            }
-            None => Some(Duration::ZERO),
-        };
+        let earlier: Vec<&Span> = spans
+            .map(|list| list.iter().filter(|(start, _, _)| *start <= s.at).collect())
+            .unwrap_or_default();
+        if earlier.iter().any(|(_, end, _)| s.at <= *end) {
+            continue;
+        }
+        // The key was written no earlier than its expiry less the longest
+        // TTL its writer asked for: legitimate if some activity could
+        // have written it then.
+        let expiry = s.at + s.pttl;
+        let written_after = earlier
+            .iter()
+            .map(|(_, end, life)| expiry.saturating_duration_since(*end + *life + WRITTEN_AFTER))
+            .min()
+            .or(Some(s.pttl.max(Duration::from_millis(1))));
         let Some(late_by) = written_after.filter(|d| !d.is_zero()) else {
             continue;
         };
@@ -295,7 +297,10 @@ fn orphans(history: &History, holds: &[Hold], faults: &[FaultRecord], v: &mut Ve
                     history.secs(s.at),
                     late_by.as_millis()
                 ),
-                first_at: last.map_or(0.0, |a| history.secs(a.1)),
+                first_at: earlier
+                    .iter()
+                    .map(|a| history.secs(a.1))
+                    .fold(0.0, f64::max),
                 second_at: history.secs(s.at),
             });
         }
