@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crate::history::{FaultRecord, History, Hold};
+use crate::nemesis::LATE_MAX;
 use crate::MAX_KEY_LIFE;
 
 /// How far two holders' beliefs may touch before it counts: the claims
@@ -267,8 +268,16 @@ fn orphans(history: &History, holds: &[Hold], faults: &[FaultRecord], v: &mut Ve
         }
         // The key was written no earlier than its expiry less the longest
         // TTL its writer asked for: legitimate if some activity could
-        // have written it then.
-        let expiry = s.at + s.pttl;
+        // have written it then. A hold's keys outlive its release on
+        // purpose, and a late extension or hold release landing after it
+        // still finds them ours and sets them again: those land up to the
+        // longest delay after the activity.
+        let late = if s.resource == crate::RUN_JOB {
+            LATE_MAX
+        } else {
+            Duration::ZERO
+        };
+        let expiry = (s.at + s.pttl).checked_sub(late).unwrap_or(s.at);
         let written_after = earlier
             .iter()
             .map(|(_, end, life)| expiry.saturating_duration_since(*end + *life + WRITTEN_AFTER))

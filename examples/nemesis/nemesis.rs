@@ -23,6 +23,11 @@ use crate::cluster::Cluster;
 use crate::history::{FaultRecord, History};
 use crate::MAX_KEY_LIFE;
 
+/// The longest a `late` fault holds a request: under the registers' TTL,
+/// so that a held acquire always lands while its clean-up's void key
+/// lives (past it, a lock nobody owns is the documented outcome).
+pub const LATE_MAX: Duration = Duration::from_millis(800);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Nemesis {
     Pause,
@@ -270,7 +275,7 @@ impl Schedule<'_> {
     /// after the client gave up on them and sent more on new connections.
     fn late(&mut self) -> (Vec<usize>, String) {
         let victims = self.pick(1, self.cluster.len());
-        let delay = self.millis(200, 800);
+        let delay = self.millis(200, LATE_MAX.as_millis() as u64);
         let hold = delay + self.millis(100, 1000);
         self.with_fault(&victims, Fault::DelayOpen(delay), hold);
         (
