@@ -43,6 +43,7 @@ pub struct Verdict {
     pub run_once_duplicates: u64,
     pub run_once_excused: u64,
     pub orphans: u64,
+    pub voided_grants: u64,
     pub stuck_calls: u64,
     pub lost_updates: u64,
     pub stale_writes_accepted: u64,
@@ -75,6 +76,7 @@ pub fn check(history: &History, stored: &Stored) -> Verdict {
     }
     run_once(history, &faults, &mut v);
     orphans(history, &holds, &faults, &mut v);
+    voided(history, &mut v);
     calls_end(history, &holds, &mut v);
     database(stored, &mut v);
     v
@@ -310,6 +312,29 @@ fn orphans(history: &History, holds: &[Hold], faults: &[FaultRecord], v: &mut Ve
                     .iter()
                     .map(|a| history.secs(a.1))
                     .fold(0.0, f64::max),
+                second_at: history.secs(s.at),
+            });
+        }
+    }
+}
+
+/// No instance holds a lock key for an attempt whose clean-up voided it:
+/// the clean-up deletes the key and writes the void key in one step, and
+/// the acquire refuses while the void key lives.
+fn voided(history: &History, v: &mut Verdict) {
+    for s in history.sightings.lock().iter().filter(|s| s.voided) {
+        v.voided_grants += 1;
+        if v.voided_grants <= 20 {
+            v.violations.push(Violation {
+                kind: "voided-grant",
+                resource: s.resource.clone(),
+                first: format!("client {}'s attempt was voided by its clean-up", s.client),
+                second: format!(
+                    "instance {} holds the lock for it at {:.3} s",
+                    s.instance,
+                    history.secs(s.at)
+                ),
+                first_at: history.secs(s.at),
                 second_at: history.secs(s.at),
             });
         }

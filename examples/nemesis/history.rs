@@ -97,6 +97,8 @@ pub struct Sighting {
     pub at: Instant,
     /// The key's time to live then.
     pub pttl: Duration,
+    /// A void key for the same value existed too.
+    pub voided: bool,
 }
 
 /// Everything recorded, shared by the run's threads.

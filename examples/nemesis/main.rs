@@ -331,6 +331,7 @@ fn summarise(results: &serde_json::Value) {
         "run_once_duplicates",
         "leader_overlaps",
         "orphan_locks",
+        "voided_grants",
         "stuck_calls",
     ];
     for k in keys {

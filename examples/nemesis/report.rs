@@ -84,6 +84,7 @@ pub fn results(info: &RunInfo<'_>, history: &History, verdict: &Verdict) -> Valu
         "run_once_excused": verdict.run_once_excused,
         "leader_overlaps": verdict.leader_overlaps,
         "orphan_locks": verdict.orphans,
+        "voided_grants": verdict.voided_grants,
         "stuck_calls": verdict.stuck_calls,
         "violations": violations,
         "fault_log": fault_log,
