@@ -155,11 +155,11 @@ impl Schedule<'_> {
         }
     }
 
-    /// A nemesis at random; late requests weigh double: they are what the
+    /// A nemesis at random; late requests weigh triple: they are what the
     /// scripts' every rule is written for, and each one only reaches the
     /// requests in flight as it starts.
     fn choose(&mut self) -> Nemesis {
-        let weight = |n: &Nemesis| if *n == Nemesis::Late { 2 } else { 1 };
+        let weight = |n: &Nemesis| if *n == Nemesis::Late { 3 } else { 1 };
         let total: u32 = self.enabled.iter().map(weight).sum();
         let mut pick = self.rng.random_range(0..total);
         for n in &self.enabled {

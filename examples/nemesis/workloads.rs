@@ -223,29 +223,27 @@ impl Worker<'_> {
         Ok(())
     }
 
-    /// Sometimes extends by a random length, and once more (as a caller
-    /// would retry) when too few instances answered; then works on for a
-    /// part of the new lease, as a caller extends to.
+    /// Half the holders work in steps, extending before each by what the
+    /// step needs (300 ms to 3 s), as a batch job does; a step whose
+    /// extension found too few instances goes on within the lease it has.
     fn maybe_extend(&mut self, guard: &Guard, hold: &mut HoldNotes) {
-        if !self.rng.random_bool(0.4) {
+        if !self.rng.random_bool(0.5) {
             return;
         }
-        for _ in 0..2 {
-            let ttl =
-                Duration::from_millis(self.rng.random_range(300..=EXTEND_MAX.as_millis() as u64));
+        let steps = self.rng.random_range(1..=4);
+        for _ in 0..steps {
+            let ms = self.rng.random_range(300..=EXTEND_MAX.as_millis() as u64);
+            let ttl = Duration::from_millis(ms);
             hold.key_life = hold.key_life.max(ttl);
             self.ctx.history.count(|c| c.extends += 1);
             match guard.extend(ttl) {
-                Ok(()) => {
-                    hold.claim.note(guard.validity());
-                    let work = (guard.validity() / 2).min(Duration::from_millis(1500));
-                    let ms = self.rng.random_range(0..=work.as_millis() as u64);
-                    thread::sleep(Duration::from_millis(ms));
-                    return;
-                }
-                Err(Error::Unavailable { .. }) => continue,
+                Ok(()) | Err(Error::Unavailable { .. }) => {}
                 Err(_) => return,
             }
+            hold.claim.note(guard.validity());
+            let work = (guard.validity() / 2).min(Duration::from_millis(800));
+            let ms = self.rng.random_range(0..=work.as_millis() as u64);
+            thread::sleep(Duration::from_millis(ms));
         }
     }
 
