@@ -19,6 +19,9 @@ const STUCK_AFTER_WAIT: Duration = Duration::from_secs(2);
 /// How long after a client stopped locking a resource a key it wrote may
 /// still have been written: the watcher's own delay.
 const WRITTEN_AFTER: Duration = Duration::from_millis(150);
+/// Slack for reading the clock, beyond a raise's bound
+/// (`redfence::MAX_CLOCK_OFFSET`), in how far a token may be ahead.
+const CLOCK_READ_SLACK: Duration = Duration::from_millis(100);
 /// The longest a clock fault moves a clock: keys there live that much
 /// longer.
 const CLOCK_STEP_MAX: Duration = Duration::from_secs(5);
@@ -37,6 +40,7 @@ pub struct Violation {
 #[derive(Debug, Default)]
 pub struct Verdict {
     pub token_regressions: u64,
+    pub tokens_ahead: u64,
     pub overlaps: u64,
     pub overlaps_excused: u64,
     pub leader_overlaps: u64,
@@ -72,6 +76,7 @@ pub fn check(history: &History, stored: &Stored) -> Verdict {
     let faults = history.faults.lock().clone();
     for (resource, list) in by_resource(&holds) {
         tokens_increase(history, &resource, &list, &mut v);
+        tokens_near_clocks(history, &resource, &list, &mut v);
         one_holder(history, &resource, &list, &faults, &mut v);
     }
     run_once(history, &faults, &mut v);
@@ -141,6 +146,33 @@ fn tokens_increase(history: &History, resource: &str, list: &[(Hold, u64)], v: &
                 first_at: history.secs(list[a].0.granted),
                 second_at: history.secs(list[b].0.granted),
             });
+        }
+    }
+}
+
+/// No token is further ahead of the majority's clocks (the machine's
+/// clock: faults move only a minority's) than a raise may take a counter
+/// (`MAX_CLOCK_OFFSET`, 1 s), plus the grant's own time: what lets tokens
+/// keep increasing through lost counters.
+fn tokens_near_clocks(history: &History, resource: &str, list: &[(Hold, u64)], v: &mut Verdict) {
+    for (h, token) in list {
+        let ahead = redfence::MAX_CLOCK_OFFSET + CLOCK_READ_SLACK;
+        let bound = history.wall_micros(h.granted) + ahead.as_micros() as u64;
+        if *token > bound {
+            v.tokens_ahead += 1;
+            if v.tokens_ahead <= 20 {
+                v.violations.push(Violation {
+                    kind: "token-ahead",
+                    resource: resource.to_string(),
+                    first: format!(
+                        "the clock read {} µs at the grant",
+                        history.wall_micros(h.granted)
+                    ),
+                    second: describe(history, h, *token),
+                    first_at: history.secs(h.granted),
+                    second_at: history.secs(h.granted),
+                });
+            }
         }
     }
 }

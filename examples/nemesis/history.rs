@@ -104,6 +104,9 @@ pub struct Sighting {
 /// Everything recorded, shared by the run's threads.
 pub struct History {
     pub epoch: Instant,
+    /// The machine's wall clock at `epoch`, in microseconds since 1970:
+    /// the clock of every instance whose clock no fault moved.
+    pub epoch_wall_micros: u64,
     pub holds: Mutex<Vec<Hold>>,
     pub calls: Mutex<Vec<Call>>,
     pub faults: Mutex<Vec<FaultRecord>>,
@@ -129,8 +132,12 @@ pub struct Counters {
 
 impl History {
     pub fn new(epoch: Instant) -> History {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
         History {
             epoch,
+            epoch_wall_micros: wall.saturating_sub(epoch.elapsed().as_micros() as u64),
             holds: Mutex::new(Vec::new()),
             calls: Mutex::new(Vec::new()),
             faults: Mutex::new(Vec::new()),
@@ -143,6 +150,11 @@ impl History {
     /// Seconds since the run started.
     pub fn secs(&self, at: Instant) -> f64 {
         at.saturating_duration_since(self.epoch).as_secs_f64()
+    }
+
+    /// The machine's wall clock at `at`, in microseconds since 1970.
+    pub fn wall_micros(&self, at: Instant) -> u64 {
+        self.epoch_wall_micros + at.saturating_duration_since(self.epoch).as_micros() as u64
     }
 
     pub fn count(&self, bump: impl FnOnce(&mut Counters)) {

@@ -326,6 +326,7 @@ fn summarise(results: &serde_json::Value) {
         "lost_updates",
         "stale_writes_accepted",
         "token_regressions",
+        "tokens_ahead",
         "overlaps",
         "overlaps_excused",
         "run_once_duplicates",

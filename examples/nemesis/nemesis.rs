@@ -299,7 +299,7 @@ impl Schedule<'_> {
     fn clock(&mut self) -> (Vec<usize>, String) {
         let victims = self.pick(1, self.cluster.minority());
         let by = self.millis(500, 5000);
-        let hold = self.millis(500, 3000);
+        let hold = self.millis(1000, 5000);
         let kind = self.rng.random_range(0..3);
         match kind {
             0 => self.shift_clocks(&victims, by.as_millis() as i64),

@@ -78,6 +78,7 @@ pub fn results(info: &RunInfo<'_>, history: &History, verdict: &Verdict) -> Valu
         "lost_updates": verdict.lost_updates,
         "stale_writes_accepted": verdict.stale_writes_accepted,
         "token_regressions": verdict.token_regressions,
+        "tokens_ahead": verdict.tokens_ahead,
         "overlaps": verdict.overlaps,
         "overlaps_excused": verdict.overlaps_excused,
         "run_once_duplicates": verdict.run_once_duplicates,
