@@ -224,8 +224,8 @@ impl Worker<'_> {
     }
 
     /// Half the holders work in steps, extending before each by what the
-    /// step needs (300 ms to 3 s), as a batch job does; a step whose
-    /// extension found too few instances goes on within the lease it has.
+    /// step needs (300 ms to 3 s) and, when too few instances answered,
+    /// asking again at once for more room, as a batch job does.
     fn maybe_extend(&mut self, guard: &Guard, hold: &mut HoldNotes) {
         if !self.rng.random_bool(0.5) {
             return;
@@ -233,18 +233,29 @@ impl Worker<'_> {
         let steps = self.rng.random_range(1..=4);
         for _ in 0..steps {
             let ms = self.rng.random_range(300..=EXTEND_MAX.as_millis() as u64);
-            let ttl = Duration::from_millis(ms);
-            hold.key_life = hold.key_life.max(ttl);
-            self.ctx.history.count(|c| c.extends += 1);
-            match guard.extend(ttl) {
-                Ok(()) | Err(Error::Unavailable { .. }) => {}
-                Err(_) => return,
+            let extended = match self.extend(guard, hold, ms) {
+                Err(Error::Unavailable { .. }) => {
+                    let more = self.rng.random_range(ms..=EXTEND_MAX.as_millis() as u64);
+                    self.extend(guard, hold, more)
+                }
+                other => other,
+            };
+            if matches!(extended, Err(Error::Lost { .. })) {
+                return;
             }
-            hold.claim.note(guard.validity());
-            let work = (guard.validity() / 2).min(Duration::from_millis(800));
+            let work = (guard.validity() / 2).min(Duration::from_millis(1500));
             let ms = self.rng.random_range(0..=work.as_millis() as u64);
             thread::sleep(Duration::from_millis(ms));
         }
+    }
+
+    fn extend(&mut self, guard: &Guard, hold: &mut HoldNotes, ms: u64) -> Result<(), Error> {
+        let ttl = Duration::from_millis(ms);
+        hold.key_life = hold.key_life.max(ttl);
+        self.ctx.history.count(|c| c.extends += 1);
+        let result = guard.extend(ttl);
+        hold.claim.note(guard.validity());
+        result
     }
 
     /// The fenced read: the fence first (refused: `None`), then the value,
