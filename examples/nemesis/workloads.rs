@@ -160,7 +160,14 @@ impl Worker<'_> {
         let stall = self.ctx.stalls.take();
         // A stalling holder has no watchdog: its lease runs out while it
         // stalls, as a paused process's would.
-        let auto = !stall && self.rng.random_bool(0.7);
+        // Some holders work in steps and extend the lease themselves before
+        // each, as a batch job does; of the others, most have the watchdog.
+        let steps = if self.rng.random_bool(0.6) {
+            self.rng.random_range(1..=4)
+        } else {
+            0
+        };
+        let auto = !stall && steps == 0 && self.rng.random_bool(0.7);
         // Some callers try once and move on (`try_lock`).
         let wait = if self.rng.random_bool(0.3) {
             Duration::ZERO
@@ -183,7 +190,7 @@ impl Worker<'_> {
         };
         let granted = Instant::now();
         let mut hold = HoldNotes::new(&guard, start, granted, wait);
-        let result = self.modify(&guard, &mut hold, stall);
+        let result = self.modify(&guard, &mut hold, stall, steps);
         hold.claim.note(guard.validity());
         hold.releasing = Instant::now();
         guard.release();
@@ -191,7 +198,13 @@ impl Worker<'_> {
         result
     }
 
-    fn modify(&mut self, guard: &Guard, hold: &mut HoldNotes, stall: bool) -> Result<(), BoxError> {
+    fn modify(
+        &mut self,
+        guard: &Guard,
+        hold: &mut HoldNotes,
+        stall: bool,
+        steps: u32,
+    ) -> Result<(), BoxError> {
         let mut read = Vec::new();
         for (resource, token) in guard.tokens() {
             match self.fenced_read(&resource, token)? {
@@ -203,7 +216,7 @@ impl Worker<'_> {
             }
         }
         self.pause(0, 150);
-        self.maybe_extend(guard, hold);
+        self.work_in_steps(guard, hold, steps);
         hold.claim.note(guard.validity());
         if guard.validity().is_zero() {
             self.ctx.history.count(|c| c.lost_before_write += 1);
@@ -223,14 +236,10 @@ impl Worker<'_> {
         Ok(())
     }
 
-    /// Half the holders work in steps, extending before each by what the
-    /// step needs (300 ms to 3 s) and, when too few instances answered,
-    /// asking again at once for more room, as a batch job does.
-    fn maybe_extend(&mut self, guard: &Guard, hold: &mut HoldNotes) {
-        if !self.rng.random_bool(0.5) {
-            return;
-        }
-        let steps = self.rng.random_range(1..=4);
+    /// Works in steps, extending before each by what the step needs
+    /// (300 ms to 3 s) and, when too few instances answered, asking again
+    /// at once for more room.
+    fn work_in_steps(&mut self, guard: &Guard, hold: &mut HoldNotes, steps: u32) {
         for _ in 0..steps {
             let ms = self.rng.random_range(300..=EXTEND_MAX.as_millis() as u64);
             let extended = match self.extend(guard, hold, ms) {
