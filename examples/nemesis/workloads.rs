@@ -237,14 +237,16 @@ impl Worker<'_> {
     }
 
     /// Works in steps, extending before each by what the step needs
-    /// (300 ms to 3 s) and, when too few instances answered, asking again
-    /// at once for more room.
+    /// (300 ms to 1.5 s) and, when too few instances answered, asking again
+    /// at once for twice that and more.
     fn work_in_steps(&mut self, guard: &Guard, hold: &mut HoldNotes, steps: u32) {
         for _ in 0..steps {
-            let ms = self.rng.random_range(300..=EXTEND_MAX.as_millis() as u64);
+            let ms = self
+                .rng
+                .random_range(300..=EXTEND_MAX.as_millis() as u64 / 2);
             let extended = match self.extend(guard, hold, ms) {
                 Err(Error::Unavailable { .. }) => {
-                    let more = self.rng.random_range(ms..=EXTEND_MAX.as_millis() as u64);
+                    let more = (2 * ms + 500).min(EXTEND_MAX.as_millis() as u64);
                     self.extend(guard, hold, more)
                 }
                 other => other,
@@ -252,7 +254,7 @@ impl Worker<'_> {
             if matches!(extended, Err(Error::Lost { .. })) {
                 return;
             }
-            let work = (guard.validity() / 2).min(Duration::from_millis(1500));
+            let work = (guard.validity() * 7 / 10).min(Duration::from_secs(2));
             let ms = self.rng.random_range(0..=work.as_millis() as u64);
             thread::sleep(Duration::from_millis(ms));
         }
