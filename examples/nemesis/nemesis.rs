@@ -155,11 +155,17 @@ impl Schedule<'_> {
         }
     }
 
-    /// A nemesis at random; late requests weigh triple: they are what the
+    /// A nemesis at random. Late requests weigh triple: they are what the
     /// scripts' every rule is written for, and each one only reaches the
-    /// requests in flight as it starts.
+    /// requests in flight as it starts. Clock faults weigh double: a client
+    /// takes an instance's new clock into its proposals only when it reads
+    /// it again (at most every 10 s while busy).
     fn choose(&mut self) -> Nemesis {
-        let weight = |n: &Nemesis| if *n == Nemesis::Late { 3 } else { 1 };
+        let weight = |n: &Nemesis| match n {
+            Nemesis::Late => 3,
+            Nemesis::Clock => 2,
+            _ => 1,
+        };
         let total: u32 = self.enabled.iter().map(weight).sum();
         let mut pick = self.rng.random_range(0..total);
         for n in &self.enabled {
@@ -298,7 +304,7 @@ impl Schedule<'_> {
     /// two, then are set right.
     fn clock(&mut self) -> (Vec<usize>, String) {
         let victims = self.pick(1, self.cluster.minority());
-        let by = self.millis(500, 5000);
+        let by = self.millis(1000, 5000);
         let hold = self.millis(1000, 5000);
         let kind = self.rng.random_range(0..3);
         match kind {
