@@ -273,12 +273,9 @@ impl Worker<'_> {
     /// in one transaction.
     fn fenced_read(&mut self, resource: &str, token: u64) -> Result<Option<i64>, BoxError> {
         let token = i64::try_from(token)?;
+        let unfenced = self.ctx.unfenced;
         let mut tx = self.db.transaction()?;
-        if !self.ctx.unfenced
-            && tx
-                .query_opt(sql::ADVANCE_FENCE, &[&resource, &token])?
-                .is_none()
-        {
+        if !fence_passes(&mut tx, unfenced, resource, token)? {
             return Ok(None);
         }
         let row = tx.query_one(
@@ -293,12 +290,9 @@ impl Worker<'_> {
     fn fenced_write(&mut self, resource: &str, token: u64, read: i64) -> Result<bool, BoxError> {
         let token = i64::try_from(token)?;
         let client = self.id as i32;
+        let unfenced = self.ctx.unfenced;
         let mut tx = self.db.transaction()?;
-        if !self.ctx.unfenced
-            && tx
-                .query_opt(sql::ADVANCE_FENCE, &[&resource, &token])?
-                .is_none()
-        {
+        if !fence_passes(&mut tx, unfenced, resource, token)? {
             return Ok(false);
         }
         tx.execute(
@@ -459,6 +453,21 @@ impl Worker<'_> {
             self.db = db;
         }
     }
+}
+
+/// The recipe's first statement (`sql::ADVANCE_FENCE`): `false` when a
+/// higher token was stored, and the transaction must stop. The unfenced
+/// control run skips it.
+fn fence_passes(
+    tx: &mut postgres::Transaction<'_>,
+    unfenced: bool,
+    resource: &str,
+    token: i64,
+) -> Result<bool, BoxError> {
+    Ok(unfenced
+        || tx
+            .query_opt(sql::ADVANCE_FENCE, &[&resource, &token])?
+            .is_some())
 }
 
 /// A hold being recorded.
