@@ -58,18 +58,22 @@
 //!   instance's clock ahead puts its tokens in another's counter, which
 //!   after that one's restart leaves the next grant below (13 steps).
 //!
-//! The design is searched exhaustively (about 10 million states with
-//! instances 1 and 2 taken as interchangeable, under a minute on two
-//! cores); the counterexamples in a smaller space where the client never
-//! gives up and locks never vanish. Three attempts outgrow the machine. The
+//! The design is searched depth-first until 40 million states were
+//! generated (about 10 million distinct, instances 1 and 2 taken as
+//! interchangeable; 50 to 90 s on two cores). That is not the whole space,
+//! which has more than 22 million distinct states (a search stopped at 100
+//! million generated did not finish it): the run checks every state it
+//! reaches, not every behaviour. The counterexamples are searched in a
+//! smaller space where the client never gives up and locks never vanish.
+//! Three attempts outgrow the machine. The
 //! clock floor needs a third grant to show its worth, so its absence is
 //! shown on real servers instead: `tests/late_requests.rs` (counters
 //! restored from older snapshots), caught by `.ci/mutants.sh` without it.
 //!
-//! Sets of resources run the same script per member, all or none; their
-//! raise round confirms every member (`tests/contracts.rs` checks that on
-//! real servers); they are not modelled here. Resent acquires and clean-ups
-//! are in `tests/model_lease.rs`.
+//! Sets of resources (all or none, their raise round confirming every
+//! member), several attempts at once and resent acquires are in
+//! `tests/model_grants.rs`, without clocks or lost counters; clean-ups are
+//! there and in `tests/model_lease.rs`.
 //!
 //! [stateright]: https://docs.rs/stateright
 
@@ -487,8 +491,9 @@ fn cores() -> usize {
 
 fn report(label: &str, start: Instant, checker: &impl Checker<FencingModel>) {
     println!(
-        "{label}: {} unique states, {:.2?}",
+        "{label}: {} unique states ({} generated), {:.2?}",
         checker.unique_state_count(),
+        checker.state_count(),
         start.elapsed()
     );
 }
@@ -520,12 +525,13 @@ fn counterexample(rules: Rules, clock_faults: bool) -> (Vec<Action>, u16) {
     (actions, skew)
 }
 
-/// A safety net on the searches' size (the design's whole space is about
-/// 9 million states).
+/// Where the searches stop (the design's whole space has more than 22
+/// million distinct states, beyond a test run).
 const BOUND: usize = 40_000_000;
 
-/// The design, exhaustively: every behaviour of two attempts, with every
-/// request late, out of order or lost, and a lost or restored counter.
+/// The design, searched up to `BOUND`: behaviours of two attempts, with
+/// every request late, out of order or lost, and a lost or restored
+/// counter.
 #[test]
 fn tokens_strictly_increase_with_late_and_lost_requests() {
     let start = Instant::now();
@@ -542,7 +548,16 @@ fn tokens_strictly_increase_with_late_and_lost_requests() {
     .spawn_dfs()
     .join();
     report("design", start, &checker);
-    assert!(checker.is_done(), "the search must be exhaustive");
+    // The search stops at `BOUND` generated states (`is_done` is true then
+    // too): it does not cover the whole space.
+    println!(
+        "exhaustive: {}",
+        if checker.state_count() < BOUND {
+            "yes"
+        } else {
+            "no, stopped at the bound"
+        }
+    );
     checker.assert_no_discovery(TOKENS_INCREASE);
     checker.assert_any_discovery("a grant after a lost or restored counter");
     checker.assert_any_discovery("an acquire grants after its attempt decided");
