@@ -79,6 +79,9 @@
 
 use std::time::Instant;
 
+#[path = "common/model.rs"]
+mod model_support;
+
 use stateright::{Checker, Model, Property};
 
 const N: usize = 3;
@@ -483,12 +486,6 @@ fn representative(s: &State) -> State {
     }
 }
 
-/// Every core the machine has: the search is the only heavy work of its
-/// test binary.
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
 fn report(label: &str, start: Instant, checker: &impl Checker<FencingModel>) {
     println!(
         "{label}: {} unique states ({} generated), {:.2?}",
@@ -542,7 +539,7 @@ fn tokens_strictly_increase_with_late_and_lost_requests() {
         quiet: false,
     }
     .checker()
-    .threads(cores())
+    .threads(model_support::cores())
     .symmetry_fn(representative)
     .target_state_count(BOUND)
     .spawn_dfs()

@@ -95,6 +95,9 @@
 
 use std::time::{Duration, Instant};
 
+#[path = "common/model.rs"]
+mod model_support;
+
 use stateright::{Checker, HasDiscoveries, Model, Property, UniformChooser};
 
 const N: usize = 3;
@@ -619,10 +622,6 @@ fn representative(s: &GrantState) -> GrantState {
     r
 }
 
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
 fn report(label: &str, start: Instant, checker: &impl Checker<GrantModel>) {
     println!(
         "{label}: {} states, depth {}, {:.2?}",
@@ -638,7 +637,7 @@ fn exhaustively(label: &str, model: GrantModel) -> impl Checker<GrantModel> {
     let start = Instant::now();
     let checker = model
         .checker()
-        .threads(cores())
+        .threads(model_support::cores())
         .symmetry_fn(representative)
         .target_state_count(BOUND)
         .spawn_dfs()
@@ -664,7 +663,7 @@ fn simulate(label: &str, model: GrantModel, seed: u64, states: usize, limit: Dur
     let start = Instant::now();
     let checker = model
         .checker()
-        .threads(cores())
+        .threads(model_support::cores())
         .target_state_count(states)
         .timeout(limit)
         .spawn_simulation(seed, UniformChooser)

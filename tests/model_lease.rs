@@ -66,6 +66,9 @@
 
 use std::time::Instant;
 
+#[path = "common/model.rs"]
+mod model_support;
+
 use stateright::{Checker, Model, Property};
 
 const N: usize = 3;
@@ -626,7 +629,7 @@ fn exhaustively(label: &str, model: ExtendModel) {
     let start = Instant::now();
     let checker = model
         .checker()
-        .threads(cores())
+        .threads(model_support::cores())
         .symmetry_fn(lease_representative)
         .spawn_dfs()
         .join();
@@ -737,7 +740,7 @@ fn a_native_extension_landing_after_a_hold_release_cuts_the_hold() {
         .with_hold(true)
         .broken(HOLD_KEPT)
         .checker()
-        .threads(cores())
+        .threads(model_support::cores())
         .spawn_bfs()
         .join();
     let path = checker
@@ -753,10 +756,6 @@ fn a_native_extension_landing_after_a_hold_release_cuts_the_hold() {
         late_native_after_release,
         "the counterexample needs a native extension landing after the release"
     );
-}
-
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 #[test]

@@ -60,6 +60,9 @@
 
 use std::time::Instant;
 
+#[path = "common/model.rs"]
+mod model_support;
+
 use stateright::{Checker, Model, Property};
 
 const N: usize = 3;
@@ -435,7 +438,7 @@ fn a_term_is_reported_only_with_the_leader_that_recorded_it() {
     let start = Instant::now();
     let checker = TermModel::design()
         .checker()
-        .threads(cores())
+        .threads(model_support::cores())
         .symmetry_fn(representative)
         .spawn_dfs()
         .join();
@@ -492,8 +495,4 @@ fn a_record_without_the_hash_reports_a_term_for_the_next_holder() {
         ..TermModel::design()
     };
     counterexample("record without the hash", model, OWN_TERM);
-}
-
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
