@@ -135,6 +135,9 @@ enum Reading {
         pttl: Option<Duration>,
         identity: String,
         counter: Option<u64>,
+        /// The value's SHA1: answers are counted together only when they
+        /// name one value, not merely one identity (see `lua/holder.lua`).
+        tag: Vec<u8>,
     },
 }
 
@@ -145,7 +148,7 @@ fn classify(values: &[Value]) -> Vote<Reading, ()> {
     if let [Value::Array(items)] = values {
         match items.as_slice() {
             [Value::Int(0)] => return Vote::Yes(Reading::Free),
-            [Value::Int(1), Value::Int(pttl), Value::BulkString(identity), Value::BulkString(counter)] =>
+            [Value::Int(1), Value::Int(pttl), Value::BulkString(identity), Value::BulkString(counter), Value::BulkString(tag)] =>
             {
                 let pttl = u64::try_from(*pttl).ok().map(Duration::from_millis);
                 return Vote::Yes(Reading::Held {
@@ -154,6 +157,7 @@ fn classify(values: &[Value]) -> Vote<Reading, ()> {
                     counter: std::str::from_utf8(counter)
                         .ok()
                         .and_then(|c| c.parse().ok()),
+                    tag: tag.clone(),
                 });
             }
             _ => {}
@@ -225,21 +229,25 @@ pub(crate) fn read(
     }
     let elapsed = start.elapsed();
     type Seen = (usize, Option<Duration>, Option<u64>);
-    let mut by_identity: HashMap<&str, Vec<Seen>> = HashMap::new();
+    // By value, not identity: a client that holds the lock again may have
+    // left its earlier value (and that value's term) on an instance.
+    let mut by_value: HashMap<&[u8], (&str, Vec<Seen>)> = HashMap::new();
     for (index, reading) in &readings {
         if let Reading::Held {
             pttl,
             identity,
             counter,
+            tag,
         } = reading
         {
-            by_identity
-                .entry(identity.as_str())
-                .or_default()
+            by_value
+                .entry(tag.as_slice())
+                .or_insert_with(|| (identity.as_str(), Vec::new()))
+                .1
                 .push((*index, *pttl, *counter));
         }
     }
-    let Some((identity, mut held)) = by_identity.into_iter().find(|(_, h)| h.len() >= quorum)
+    let Some((identity, mut held)) = by_value.into_values().find(|(_, h)| h.len() >= quorum)
     else {
         return Ok(None);
     };

@@ -313,6 +313,50 @@ fn observers_see_every_leader_with_identity_and_term() {
     assert!(events.recv_timeout(Duration::from_secs(1)).is_err());
 }
 
+/// One identity leads, loses its lock on two of three instances (expired
+/// there, or a restart without persistence), and takes it again on those
+/// two, its earlier lock and term still on the third. Until the new term is
+/// recorded, observers must not report the earlier term for the new grant:
+/// they count together only the instances that hold one lock value.
+#[test]
+fn a_leader_elected_again_is_never_reported_with_its_earlier_term() {
+    let cluster = RedisServers::start(3);
+    let client = |id: &str| {
+        Redlock::builder(cluster.urls())
+            .identity(id)
+            .build()
+            .unwrap()
+    };
+    let (before, after, watcher) = (client("sched"), client("sched"), client("watcher"));
+    let first = before
+        .election("twice")
+        .unwrap()
+        .lease(Duration::from_secs(60))
+        .campaign()
+        .unwrap();
+    let key = common::lock_key("election:twice");
+    for server in cluster.iter().skip(1) {
+        assert!(server.del(&key));
+    }
+    // A grant whose term is not recorded yet: a plain lock on the
+    // election's resource, by the same identity.
+    let again = after.try_lock("election:twice").unwrap();
+    assert!(again.token() > first.term());
+    let info = watcher
+        .election("twice")
+        .unwrap()
+        .leader()
+        .unwrap()
+        .expect("a quorum holds the new grant");
+    assert_eq!(info.identity.as_deref(), Some("sched"));
+    assert_eq!(
+        info.term, None,
+        "the earlier term {} reported for the grant with token {}",
+        first.term(),
+        again.token()
+    );
+}
+
 #[test]
 fn a_leader_cut_off_from_a_majority_knows_before_its_lease_ends() {
     let net = Proxied::start(5);
