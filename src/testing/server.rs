@@ -66,6 +66,10 @@ const POLL: Duration = Duration::from_millis(10);
 /// Timeouts of the harness's own connections: a stopped server still accepts
 /// TCP connects and only its replies hang, so every read needs a bound.
 const IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a clock step may take to show in the server's `TIME`.
+const CLOCK_STEP_DEADLINE: Duration = Duration::from_secs(5);
+/// Steps smaller than this are not awaited: a round trip could hide them.
+const MIN_AWAITED_STEP_MS: u64 = 20;
 /// Lines of server log quoted in start-up failures.
 const LOG_LINES_IN_ERRORS: usize = 30;
 /// How long a cluster node ([`ServerOptions::cluster_enabled`]) may be
@@ -390,7 +394,8 @@ impl RedisServer {
     /// step does: keys whose expiry it passes expire, `TIME` and the
     /// scripts' clock read later. Takes effect with the server's next clock
     /// reading, also while it is stopped or killed (a restarted server
-    /// keeps the offset). Offsets add up: see
+    /// keeps the offset). On a running server, returns once its `TIME`
+    /// shows the new offset (5 s at most). Offsets add up: see
     /// [`clock_offset_ms`](Self::clock_offset_ms).
     ///
     /// # Panics
@@ -427,11 +432,47 @@ impl RedisServer {
             "the clock of {} cannot jump: start it with ServerOptions::fake_clock",
             self.addr()
         );
-        let mut offset = self.clock_offset_ms.lock();
-        let new = offset.saturating_add(delta_ms);
-        write_clock_offset(&self.dir, new)
-            .unwrap_or_else(|e| panic!("could not set the clock offset of {}: {e}", self.addr()));
-        *offset = new;
+        let new = {
+            let mut offset = self.clock_offset_ms.lock();
+            let new = offset.saturating_add(delta_ms);
+            write_clock_offset(&self.dir, new).unwrap_or_else(|e| {
+                panic!("could not set the clock offset of {}: {e}", self.addr())
+            });
+            *offset = new;
+            new
+        };
+        self.await_clock_offset(new, delta_ms);
+    }
+
+    /// Polls `TIME` until the server reads its clock `offset_ms` away from
+    /// ours (within half the step, 250 ms at most), so a caller acts on the
+    /// new clock, not on a reading that raced the step. A stopped or killed
+    /// server reads the offset when it is back: nothing to wait for.
+    fn await_clock_offset(&self, offset_ms: i64, delta_ms: i64) {
+        if delta_ms.unsigned_abs() < MIN_AWAITED_STEP_MS || self.is_stopped() || !self.is_running()
+        {
+            return;
+        }
+        let tolerance = (delta_ms.unsigned_abs() / 2).min(250);
+        let deadline = Instant::now() + CLOCK_STEP_DEADLINE;
+        while Instant::now() < deadline {
+            let seen = self.clock_skew_ms();
+            if seen.is_some_and(|skew| skew.abs_diff(offset_ms) <= tolerance) {
+                return;
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// The server's `TIME` minus ours at the midpoint of the round trip, in
+    /// milliseconds; `None` when it does not answer.
+    fn clock_skew_ms(&self) -> Option<i64> {
+        let mut con = self.try_connection().ok()?;
+        let before = wall_clock_ms();
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query(&mut con).ok()?;
+        let after = wall_clock_ms();
+        let server = secs.checked_mul(1000)?.checked_add(micros / 1000)?;
+        Some(server - (before + after) / 2)
     }
 
     /// The process id of the current server process, or `None` while it is
@@ -1098,6 +1139,13 @@ fn faketime_spec(offset_ms: i64) -> String {
     let sign = if offset_ms < 0 { '-' } else { '+' };
     let abs = offset_ms.unsigned_abs();
     format!("{sign}{}.{:03}s", abs / 1000, abs % 1000)
+}
+
+/// Our wall clock, in milliseconds since the Unix epoch.
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| duration_ms(d))
 }
 
 fn duration_ms(d: Duration) -> i64 {
