@@ -1145,7 +1145,7 @@ fn faketime_spec(offset_ms: i64) -> String {
 fn wall_clock_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| duration_ms(d))
+        .map_or(0, duration_ms)
 }
 
 fn duration_ms(d: Duration) -> i64 {
