@@ -28,11 +28,11 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::keys::{Keys, Target};
+use crate::protocol::keys::{Keys, Target};
+use crate::protocol::scripts::{self, FENCE_RAISE};
+use crate::protocol::split::{Combine, Route};
 use crate::quorum::{all_yes, error_reply, unexpected, Vote};
-use crate::scripts::{self, FENCE_RAISE};
 use crate::shared::Shared;
-use crate::split::{Combine, Route};
 use crate::telemetry;
 use crate::{Error, FencingToken};
 

@@ -9,15 +9,15 @@ use redis::{ConnectionAddr, ConnectionInfo};
 use crate::address::sealed::Invalid;
 
 use crate::client::Redlock;
-use crate::clock::InstanceClock;
 use crate::cluster::{ClusterPosition, ShardSettings};
 use crate::config::{Config, MAX_FENCE_IDLE, MAX_TTL};
 use crate::connection::{open_client, Manager, TlsSettings, Warmup};
 use crate::instance::{Instance, InstanceConfig};
-use crate::keys::validate_prefix;
-use crate::native;
 use crate::notify::{Notifier, Source};
 use crate::position::{Kind, Position};
+use crate::protocol::clock::InstanceClock;
+use crate::protocol::keys::validate_prefix;
+use crate::protocol::native;
 use crate::quorum::Instances;
 use crate::shared::Shared;
 use crate::voter::Voter;

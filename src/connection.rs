@@ -11,8 +11,8 @@ use parking_lot::{Condvar, Mutex};
 
 use redis::{ConnectionInfo, ConnectionLike, ErrorKind, RedisError, RedisResult, Value};
 
-use crate::clock::InstanceClock;
-use crate::native;
+use crate::protocol::clock::InstanceClock;
+use crate::protocol::native;
 
 use crate::error::{InstanceError, InstanceErrorKind};
 
@@ -250,7 +250,7 @@ pub(crate) fn load_scripts(conn: &mut Conn) -> Result<(), RedisError> {
     // its code (a pipeline error has none): NOPERM must read as an ACL
     // refusal naming `script|load`.
     pipe.ignore_errors();
-    for source in crate::scripts::ALL_SOURCES {
+    for source in crate::protocol::scripts::ALL_SOURCES {
         pipe.cmd("SCRIPT").arg("LOAD").arg(source);
     }
     let result = pipe

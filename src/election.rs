@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use parking_lot::Mutex;
 
-use crate::keys::validate_resource;
+use crate::protocol::keys::validate_resource;
+use crate::protocol::scripts;
+use crate::protocol::split::Route;
 use crate::quorum::yes_no;
-use crate::scripts;
-use crate::split::Route;
 use crate::{telemetry, Error, FencingToken, LockGuard, LockOptions, LossReason, Redlock};
 
 /// How long one lock call of a campaign waits before the campaign looks at
@@ -330,7 +330,8 @@ fn observe(
     events: &Sender<LeaderEvent>,
     stop: &Receiver<()>,
 ) {
-    let Ok(target) = crate::keys::Target::one(&locks.shared().cfg.prefix, resource) else {
+    let Ok(target) = crate::protocol::keys::Target::one(&locks.shared().cfg.prefix, resource)
+    else {
         return; // validated when the election was created
     };
     let announced = locks.notifier().observe(&[&target.members[0].keys.channel]);

@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use crate::error::{InstanceError, InstanceErrorKind};
+use crate::protocol::scripts;
+use crate::protocol::split::Route;
 use crate::quorum::{error_reply, unexpected, Vote};
-use crate::scripts;
 use crate::shared::Shared;
-use crate::split::Route;
 use crate::Error;
 
 /// Longest identity accepted, in bytes.
@@ -171,7 +171,7 @@ fn classify(values: &[Value]) -> Vote<Reading, ()> {
 pub(crate) fn read(
     shared: &Shared,
     name: &str,
-    keys: &crate::keys::Keys,
+    keys: &crate::protocol::keys::Keys,
 ) -> Result<Option<Holder>, Error> {
     shared.warmup.wait();
     let start = Instant::now();
@@ -247,8 +247,7 @@ pub(crate) fn read(
                 .push((*index, *pttl, *counter));
         }
     }
-    let Some((identity, mut held)) = by_value.into_values().find(|(_, h)| h.len() >= quorum)
-    else {
+    let Some((identity, mut held)) = by_value.into_values().find(|(_, h)| h.len() >= quorum) else {
         return Ok(None);
     };
     held.sort_by_key(|(index, _, _)| *index);

@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use redis::{ConnectionLike, Value};
 
-use crate::clock::{self, InstanceClock};
 use crate::connection::{connect_failure, connect_wait, load_scripts, Conn, Manager};
 use crate::error::{InstanceError, InstanceErrorKind};
-use crate::native::Form;
+use crate::protocol::clock::{self, InstanceClock};
+use crate::protocol::native::Form;
 use crate::telemetry;
 
 /// Pause before retrying undelivered persistent requests.
@@ -73,7 +73,7 @@ pub(crate) struct Request {
     pub slot: Option<u16>,
     /// A request whose keys span several slots, cut into one part per
     /// slot for a cluster position (`split.rs`).
-    pub split: Option<Arc<crate::split::Split>>,
+    pub split: Option<Arc<crate::protocol::split::Split>>,
     /// The request as a cluster position sends it, if it differs.
     pub cluster: Option<(Arc<[u8]>, usize)>,
     /// Redirects followed so far (`MOVED`, `ASK`): bounded, so a cluster
@@ -523,7 +523,7 @@ impl Worker {
         if refused.is_empty() {
             return;
         }
-        conn.native = crate::native::Commands::default();
+        conn.native = crate::protocol::native::Commands::default();
         for k in refused {
             results[k] = conn
                 .inner

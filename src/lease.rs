@@ -10,12 +10,12 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::acquire::Grant;
 use crate::instance::Sink;
-use crate::keys::Target;
-use crate::native;
+use crate::protocol::keys::Target;
+use crate::protocol::native;
+use crate::protocol::scripts::{self, EXTEND};
+use crate::protocol::split::{Combine, Route};
 use crate::quorum::{yes_no, Round};
-use crate::scripts::{self, EXTEND};
 use crate::shared::Shared;
-use crate::split::{Combine, Route};
 use crate::telemetry;
 use crate::{Error, FencingToken, LockOptions, LossReason};
 

@@ -14,11 +14,11 @@ use crossbeam_channel::Receiver;
 use parking_lot::{Condvar, Mutex};
 use redis::Value;
 
-use crate::clock::{self, InstanceClock};
 use crate::error::{InstanceError, InstanceErrorKind};
 use crate::instance::{Collect, Replies, Request, Sink};
-use crate::native::{Form, Support};
-use crate::split::Route;
+use crate::protocol::clock::{self, InstanceClock};
+use crate::protocol::native::{Form, Support};
+use crate::protocol::split::Route;
 use crate::voter::Voter;
 
 /// The set of instances a client locks on.

@@ -350,7 +350,8 @@ fn a_leader_elected_again_is_never_reported_with_its_earlier_term() {
         .expect("a quorum holds the new grant");
     assert_eq!(info.identity.as_deref(), Some("sched"));
     assert_eq!(
-        info.term, None,
+        info.term,
+        None,
         "the earlier term {} reported for the grant with token {}",
         first.term(),
         again.token()

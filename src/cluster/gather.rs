@@ -9,7 +9,7 @@ use redis::Value;
 
 use super::Router;
 use crate::instance::{Collect, Replies, Request, Sink};
-use crate::split::{Combine, Split};
+use crate::protocol::split::{Combine, Split};
 
 /// The answers to the parts of one request cut along slots.
 pub(super) struct Gather {

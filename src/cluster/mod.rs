@@ -22,13 +22,13 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::{Mutex, RwLock};
 use redis::ConnectionInfo;
 
-use crate::clock::InstanceClock;
 use crate::connection::{open_client, Manager, TlsSettings, Warmup};
 use crate::error::{InstanceError, InstanceErrorKind};
 use crate::instance::{Instance, InstanceConfig, Redirect, Redirection, Request};
 use crate::notify::Shards;
-use crate::slot::SLOTS;
-use crate::split::Split;
+use crate::protocol::clock::InstanceClock;
+use crate::protocol::slot::SLOTS;
+use crate::protocol::split::Split;
 
 mod gather;
 mod nodes;

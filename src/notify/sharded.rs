@@ -19,7 +19,7 @@ use crossbeam_channel::{Receiver, TryRecvError};
 use redis::{PushKind, Value};
 
 use super::{subscriber_life, Registry, Stop};
-use crate::slot::key_slot;
+use crate::protocol::slot::key_slot;
 
 /// Where a cluster position's channels live.
 pub(crate) trait Shards: Send + Sync {

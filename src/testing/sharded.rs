@@ -62,7 +62,7 @@ const LOG_LINES: usize = 20;
 ///
 /// The same function the client routes with.
 pub fn key_slot(key: impl AsRef<[u8]>) -> u16 {
-    crate::slot::key_slot(key.as_ref())
+    crate::protocol::slot::key_slot(key.as_ref())
 }
 
 /// A real Redis Cluster of N masters (and, with

@@ -9,15 +9,15 @@ use std::time::Duration;
 
 use redis::Script;
 
-use crate::keys::Target;
+use crate::protocol::keys::Target;
 
-const ACQUIRE_SOURCE: &str = include_str!("../lua/acquire.lua");
-const RELEASE_SOURCE: &str = include_str!("../lua/release.lua");
-const EXTEND_SOURCE: &str = include_str!("../lua/extend.lua");
-const FENCE_RAISE_SOURCE: &str = include_str!("../lua/fence_raise.lua");
-const HOLDER_SOURCE: &str = include_str!("../lua/holder.lua");
-const RELEASE_HOLD_SOURCE: &str = include_str!("../lua/release_hold.lua");
-const TERM_SOURCE: &str = include_str!("../lua/term.lua");
+const ACQUIRE_SOURCE: &str = include_str!("../../lua/acquire.lua");
+const RELEASE_SOURCE: &str = include_str!("../../lua/release.lua");
+const EXTEND_SOURCE: &str = include_str!("../../lua/extend.lua");
+const FENCE_RAISE_SOURCE: &str = include_str!("../../lua/fence_raise.lua");
+const HOLDER_SOURCE: &str = include_str!("../../lua/holder.lua");
+const RELEASE_HOLD_SOURCE: &str = include_str!("../../lua/release_hold.lua");
+const TERM_SOURCE: &str = include_str!("../../lua/term.lua");
 
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use redis::Value;
 
-use crate::keys::Target;
+use crate::protocol::keys::Target;
 
 /// How a request reaches a cluster position.
 #[derive(Clone, Default)]

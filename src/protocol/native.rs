@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use redis::{RedisResult, Value};
 
-use crate::keys::Target;
+use crate::protocol::keys::Target;
 
 /// The native commands a connection's server runs for us.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 //! own clock when the acquire script runs (`lua/acquire.lua`): nothing read
 //! here can make a token repeat or go backwards, whatever it says. What it
 //! buys is agreement. Instances take the proposal when it lies within
-//! [`PROPOSAL_WINDOW_MICROS`](crate::scripts::PROPOSAL_WINDOW_MICROS) ahead of their clock, so the tokens of the
+//! [`PROPOSAL_WINDOW_MICROS`](crate::protocol::scripts::PROPOSAL_WINDOW_MICROS) ahead of their clock, so the tokens of the
 //! granting instances agree and the raise round is skipped. The proposal is
 //! the latest instance clock the client knows plus a lead of 3 ms: each
 //! worker reads its instance's `TIME` when it connects, and again every
@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use crate::scripts::PROPOSAL_LEAD_MICROS;
+use crate::protocol::scripts::PROPOSAL_LEAD_MICROS;
 
 use redis::Value;
 
@@ -112,7 +112,8 @@ impl InstanceClock {
 /// ```
 /// assert_eq!(redfence::MAX_CLOCK_OFFSET.as_secs(), 1);
 /// ```
-pub const MAX_CLOCK_OFFSET: Duration = Duration::from_micros(crate::scripts::MAX_AHEAD_MICROS);
+pub const MAX_CLOCK_OFFSET: Duration =
+    Duration::from_micros(crate::protocol::scripts::MAX_AHEAD_MICROS);
 
 /// One instance's clock against the others' (the median of their readings),
 /// as [`Redlock::clock_offsets`](crate::Redlock::clock_offsets) measures it:

@@ -43,7 +43,8 @@ impl Keys {
     pub fn new(prefix: &str, resource: &str) -> Self {
         let lock = format!("{prefix}lock:{{{resource}}}");
         Keys {
-            slot: (!resource.starts_with('}')).then(|| crate::slot::key_slot(lock.as_bytes())),
+            slot: (!resource.starts_with('}'))
+                .then(|| crate::protocol::slot::key_slot(lock.as_bytes())),
             lock,
             fence: format!("{prefix}fence:{{{resource}}}"),
             channel: format!("{prefix}released:{{{resource}}}"),

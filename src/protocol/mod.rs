@@ -1,0 +1,11 @@
+//! What goes on the wire: key names and slots, the Lua scripts and the
+//! native commands that replace some of them, the instances' clocks as the
+//! client reads them, and how a request splits over a cluster's slots.
+//! The lowest layer: it uses nothing above it (see docs/architecture.md).
+
+pub(crate) mod clock;
+pub(crate) mod keys;
+pub(crate) mod native;
+pub(crate) mod scripts;
+pub(crate) mod slot;
+pub(crate) mod split;
