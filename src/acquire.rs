@@ -31,9 +31,9 @@ use redis::Value;
 use crate::protocol::keys::{Keys, Target};
 use crate::protocol::scripts::{self, FENCE_RAISE};
 use crate::protocol::split::{Combine, Route};
-use crate::quorum::{all_yes, error_reply, unexpected, Vote};
 use crate::shared::Shared;
 use crate::telemetry;
+use crate::transport::quorum::{all_yes, error_reply, unexpected, Vote};
 use crate::{Error, FencingToken};
 
 /// A granted lock, before it becomes a guard.

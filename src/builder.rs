@@ -9,18 +9,18 @@ use redis::{ConnectionAddr, ConnectionInfo};
 use crate::address::sealed::Invalid;
 
 use crate::client::Redlock;
-use crate::cluster::{ClusterPosition, ShardSettings};
 use crate::config::{Config, MAX_FENCE_IDLE, MAX_TTL};
-use crate::connection::{open_client, Manager, TlsSettings, Warmup};
-use crate::instance::{Instance, InstanceConfig};
-use crate::notify::{Notifier, Source};
 use crate::position::{Kind, Position};
 use crate::protocol::clock::InstanceClock;
 use crate::protocol::keys::validate_prefix;
 use crate::protocol::native;
-use crate::quorum::Instances;
 use crate::shared::Shared;
-use crate::voter::Voter;
+use crate::transport::cluster::{ClusterPosition, ShardSettings};
+use crate::transport::connection::{open_client, Manager, TlsSettings, Warmup};
+use crate::transport::instance::{Instance, InstanceConfig};
+use crate::transport::notify::{Notifier, Source};
+use crate::transport::quorum::Instances;
+use crate::transport::voter::Voter;
 use crate::{Error, LockOptions};
 
 /// Requests queued for one instance before new ones are refused.
@@ -352,7 +352,7 @@ impl RedlockBuilder {
                 Checked::Cluster(seeds) => {
                     let settings = ShardSettings {
                         template: seeds[0].clone(),
-                        tls: crate::connection::copy_tls(&self.tls),
+                        tls: crate::transport::connection::copy_tls(&self.tls),
                         connect_timeout: cfg.connect_timeout,
                         timeout: cfg.instance_timeout,
                         queue_capacity: QUEUE_CAPACITY,
@@ -455,7 +455,7 @@ impl RedlockBuilder {
         }
         #[cfg(feature = "tls-rustls")]
         if let Some(certs) = &self.tls {
-            crate::tls::check_certificates(certs).map_err(Error::invalid_config)?;
+            crate::transport::tls::check_certificates(certs).map_err(Error::invalid_config)?;
         }
         #[cfg(feature = "tls-rustls")]
         if self.tls.is_some()

@@ -9,11 +9,11 @@ use crate::acquire;
 use crate::error::{InstanceError, NO_ANSWER};
 use crate::guard::{KeepAlive, LockGuard, MultiGuard};
 use crate::lease::Lease;
-use crate::notify::{Notifier, Watch};
 use crate::protocol::keys::Target;
 use crate::retry;
 use crate::shared::Shared;
 use crate::telemetry;
+use crate::transport::notify::{Notifier, Watch};
 use crate::watchdog::Watchdog;
 use crate::{Error, LockOptions};
 
@@ -397,7 +397,7 @@ impl Redlock {
             let names = voter.each_server(|_| {
                 let row = out.len();
                 out.push((String::new(), Ok(Duration::ZERO)));
-                crate::instance::Request {
+                crate::transport::instance::Request {
                     packed: Arc::clone(&packed),
                     native: None,
                     commands: 1,
@@ -457,11 +457,11 @@ impl Redlock {
 /// Where one server's answer to a ping goes: its row of the report.
 struct Row(
     usize,
-    crossbeam_channel::Sender<(usize, crate::instance::Replies)>,
+    crossbeam_channel::Sender<(usize, crate::transport::instance::Replies)>,
 );
 
-impl crate::instance::Collect for Row {
-    fn deliver(&self, _position: usize, replies: crate::instance::Replies) {
+impl crate::transport::instance::Collect for Row {
+    fn deliver(&self, _position: usize, replies: crate::transport::instance::Replies) {
         // The caller may have stopped waiting; that is fine.
         let _ = self.1.send((self.0, replies));
     }

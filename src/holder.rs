@@ -18,8 +18,8 @@ use redis::Value;
 use crate::error::{InstanceError, InstanceErrorKind};
 use crate::protocol::scripts;
 use crate::protocol::split::Route;
-use crate::quorum::{error_reply, unexpected, Vote};
 use crate::shared::Shared;
+use crate::transport::quorum::{error_reply, unexpected, Vote};
 use crate::Error;
 
 /// Longest identity accepted, in bytes.

@@ -9,14 +9,14 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::acquire::Grant;
-use crate::instance::Sink;
 use crate::protocol::keys::Target;
 use crate::protocol::native;
 use crate::protocol::scripts::{self, EXTEND};
 use crate::protocol::split::{Combine, Route};
-use crate::quorum::{yes_no, Round};
 use crate::shared::Shared;
 use crate::telemetry;
+use crate::transport::instance::Sink;
+use crate::transport::quorum::{yes_no, Round};
 use crate::{Error, FencingToken, LockOptions, LossReason};
 
 pub(crate) struct Lease {

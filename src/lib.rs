@@ -147,29 +147,22 @@ mod acquire;
 mod address;
 mod builder;
 mod client;
-mod cluster;
 mod config;
-mod connection;
 mod election;
 mod error;
 mod fenced;
 mod guard;
 mod holder;
-mod instance;
 mod lease;
-mod notify;
 mod options;
 mod position;
 mod protocol;
-mod quorum;
 mod retry;
 mod shared;
 pub mod sql;
 mod telemetry;
-#[cfg(feature = "tls-rustls")]
-mod tls;
 mod token;
-mod voter;
+mod transport;
 mod watchdog;
 
 #[cfg(feature = "testing")]

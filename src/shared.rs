@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::config::Config;
-use crate::connection::Warmup;
-use crate::quorum::Instances;
+use crate::transport::connection::Warmup;
+use crate::transport::quorum::Instances;
 
 /// Settings and the instances' workers, shared by the client's clones, its
 /// guards and its watchdog.

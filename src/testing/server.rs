@@ -1222,7 +1222,7 @@ fn connect(
 ) -> redis::RedisResult<redis::Connection> {
     let client = match pki {
         #[cfg(feature = "tls-rustls")]
-        Some(pki) => crate::tls::open_client(
+        Some(pki) => crate::transport::tls::open_client(
             redis::IntoConnectionInfo::into_connection_info(url)?,
             Some(&pki.certificates(true)),
         )?,

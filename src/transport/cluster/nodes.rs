@@ -4,7 +4,7 @@
 use redis::{ConnectionAddr, ConnectionInfo, Value};
 
 use super::ShardSettings;
-use crate::connection::{connect, open_client};
+use crate::transport::connection::{connect, open_client};
 
 /// `CLUSTER SLOTS` of one node: each range's first and last slot and its
 /// master's `host:port`. A master announced without an address (`""` or

@@ -18,11 +18,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use redis::{ConnectionLike, Value};
 
-use crate::connection::{connect_failure, connect_wait, load_scripts, Conn, Manager};
 use crate::error::{InstanceError, InstanceErrorKind};
 use crate::protocol::clock::{self, InstanceClock};
 use crate::protocol::native::Form;
 use crate::telemetry;
+use crate::transport::connection::{connect_failure, connect_wait, load_scripts, Conn, Manager};
 
 /// Pause before retrying undelivered persistent requests.
 const RETRY_PAUSE: Duration = Duration::from_millis(20);

@@ -22,13 +22,13 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::{Mutex, RwLock};
 use redis::ConnectionInfo;
 
-use crate::connection::{open_client, Manager, TlsSettings, Warmup};
 use crate::error::{InstanceError, InstanceErrorKind};
-use crate::instance::{Instance, InstanceConfig, Redirect, Redirection, Request};
-use crate::notify::Shards;
 use crate::protocol::clock::InstanceClock;
 use crate::protocol::slot::SLOTS;
 use crate::protocol::split::Split;
+use crate::transport::connection::{open_client, Manager, TlsSettings, Warmup};
+use crate::transport::instance::{Instance, InstanceConfig, Redirect, Redirection, Request};
+use crate::transport::notify::Shards;
 
 mod gather;
 mod nodes;

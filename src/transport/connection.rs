@@ -35,7 +35,7 @@ pub(crate) fn copy_tls(tls: &TlsSettings) -> TlsSettings {
 /// and subscriber connections share the TLS set-up.
 pub(crate) fn open_client(info: ConnectionInfo, tls: &TlsSettings) -> RedisResult<redis::Client> {
     #[cfg(feature = "tls-rustls")]
-    return crate::tls::open_client(info, tls.as_ref());
+    return crate::transport::tls::open_client(info, tls.as_ref());
     #[cfg(not(feature = "tls-rustls"))]
     {
         let () = tls;
@@ -48,7 +48,7 @@ pub(crate) fn open_client(info: ConnectionInfo, tls: &TlsSettings) -> RedisResul
 /// write timeouts: callers set their own.
 pub(crate) fn connect(client: &redis::Client, timeout: Duration) -> RedisResult<redis::Connection> {
     #[cfg(feature = "tls-rustls")]
-    crate::tls::ensure_crypto_provider();
+    crate::transport::tls::ensure_crypto_provider();
     client.get_connection_with_timeout(timeout)
 }
 

@@ -15,11 +15,11 @@ use parking_lot::{Condvar, Mutex};
 use redis::Value;
 
 use crate::error::{InstanceError, InstanceErrorKind};
-use crate::instance::{Collect, Replies, Request, Sink};
 use crate::protocol::clock::{self, InstanceClock};
 use crate::protocol::native::{Form, Support};
 use crate::protocol::split::Route;
-use crate::voter::Voter;
+use crate::transport::instance::{Collect, Replies, Request, Sink};
+use crate::transport::voter::Voter;
 
 /// The set of instances a client locks on.
 pub(crate) struct Instances {

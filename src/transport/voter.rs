@@ -1,8 +1,8 @@
 //! One voter of the quorum: a standalone instance, or a Redis Cluster
 //! position that routes each request to the shard owning its slot.
 
-use crate::cluster::ClusterPosition;
-use crate::instance::{Instance, Request};
+use crate::transport::cluster::ClusterPosition;
+use crate::transport::instance::{Instance, Request};
 
 pub(crate) enum Voter {
     Standalone(Instance),

@@ -170,7 +170,7 @@ impl ShardedSubscriber {
                 let Some(client) = clients.get(addr) else {
                     return Err(Stop::Failed);
                 };
-                let conn = crate::connection::connect(client, self.connect_timeout)
+                let conn = crate::transport::connection::connect(client, self.connect_timeout)
                     .map_err(|_| Stop::Failed)?;
                 conn.set_write_timeout(Some(self.timeout))
                     .map_err(|_| Stop::Failed)?;

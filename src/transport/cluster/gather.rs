@@ -8,8 +8,8 @@ use parking_lot::Mutex;
 use redis::Value;
 
 use super::Router;
-use crate::instance::{Collect, Replies, Request, Sink};
 use crate::protocol::split::{Combine, Split};
+use crate::transport::instance::{Collect, Replies, Request, Sink};
 
 /// The answers to the parts of one request cut along slots.
 pub(super) struct Gather {

@@ -325,7 +325,9 @@ impl Subscriber {
     /// Runs one subscriber connection until nobody waits, it fails, or the
     /// client stops.
     fn serve(&mut self) -> Stop {
-        let Ok(mut conn) = crate::connection::connect(&self.client, self.connect_timeout) else {
+        let Ok(mut conn) =
+            crate::transport::connection::connect(&self.client, self.connect_timeout)
+        else {
             return Stop::Failed;
         };
         if conn.set_write_timeout(Some(self.timeout)).is_err() {
