@@ -9,12 +9,12 @@ use redis::{ConnectionAddr, ConnectionInfo};
 use crate::address::sealed::Invalid;
 
 use crate::client::Redlock;
-use crate::config::{Config, MAX_FENCE_IDLE, MAX_TTL};
+use crate::lock::config::{Config, MAX_FENCE_IDLE, MAX_TTL};
+use crate::lock::shared::Shared;
 use crate::position::{Kind, Position};
 use crate::protocol::clock::InstanceClock;
 use crate::protocol::keys::validate_prefix;
 use crate::protocol::native;
-use crate::shared::Shared;
 use crate::transport::cluster::{ClusterPosition, ShardSettings};
 use crate::transport::connection::{open_client, Manager, TlsSettings, Warmup};
 use crate::transport::instance::{Instance, InstanceConfig};

@@ -5,16 +5,16 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::acquire;
 use crate::error::{InstanceError, NO_ANSWER};
 use crate::guard::{KeepAlive, LockGuard, MultiGuard};
-use crate::lease::Lease;
+use crate::lock::acquire;
+use crate::lock::lease::Lease;
+use crate::lock::retry;
+use crate::lock::shared::Shared;
+use crate::lock::watchdog::Watchdog;
 use crate::protocol::keys::Target;
-use crate::retry;
-use crate::shared::Shared;
 use crate::telemetry;
 use crate::transport::notify::{Notifier, Watch};
-use crate::watchdog::Watchdog;
 use crate::{Error, LockOptions};
 
 /// A Redlock client over N independent Redis masters.

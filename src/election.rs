@@ -291,7 +291,7 @@ impl Election {
                 return Ok(());
             }
             // Jitter, so that clients deposed together do not collide.
-            let pause = crate::retry::pause(retry_delay);
+            let pause = crate::lock::retry::pause(retry_delay);
             match stop.recv_timeout(pause) {
                 Ok(()) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Ok(()),
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}

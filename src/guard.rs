@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 
-use crate::lease::{self, Lease};
-use crate::shared::Shared;
+use crate::lock::lease::{self, Lease};
+use crate::lock::shared::Shared;
 use crate::telemetry;
 use crate::{Error, FencingToken, LossReason};
 

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use crate::error::{InstanceError, InstanceErrorKind};
+use crate::lock::shared::Shared;
 use crate::protocol::scripts;
 use crate::protocol::split::Route;
-use crate::shared::Shared;
 use crate::transport::quorum::{error_reply, unexpected, Vote};
 use crate::Error;
 

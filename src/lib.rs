@@ -143,27 +143,22 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acl;
-mod acquire;
 mod address;
 mod builder;
 mod client;
-mod config;
 mod election;
 mod error;
 mod fenced;
 mod guard;
 mod holder;
-mod lease;
+mod lock;
 mod options;
 mod position;
 mod protocol;
-mod retry;
-mod shared;
 pub mod sql;
 mod telemetry;
 mod token;
 mod transport;
-mod watchdog;
 
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
@@ -195,12 +190,12 @@ pub use acl::{acl_cluster_rules, acl_rules, ACL_CLUSTER_COMMANDS, ACL_COMMANDS};
 pub use address::IntoInstance;
 pub use builder::RedlockBuilder;
 pub use client::Redlock;
-pub use config::MAX_TTL;
 pub use election::{Election, LeaderEvent, LeaderInfo, Leadership};
 pub use error::{Error, InstanceError, InstanceErrorKind, LossReason};
 pub use fenced::fenced_set;
 pub use guard::{LockGuard, MultiGuard};
 pub use holder::{Holder, MAX_IDENTITY_LEN};
+pub use lock::config::MAX_TTL;
 pub use options::LockOptions;
 pub use position::Position;
 pub use protocol::clock::{ClockOffset, MAX_CLOCK_OFFSET};

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::config::Config;
+use crate::lock::config::Config;
 use crate::transport::connection::Warmup;
 use crate::transport::quorum::Instances;
 

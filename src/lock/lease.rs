@@ -8,12 +8,12 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
-use crate::acquire::Grant;
+use crate::lock::acquire::Grant;
+use crate::lock::shared::Shared;
 use crate::protocol::keys::Target;
 use crate::protocol::native;
 use crate::protocol::scripts::{self, EXTEND};
 use crate::protocol::split::{Combine, Route};
-use crate::shared::Shared;
 use crate::telemetry;
 use crate::transport::instance::Sink;
 use crate::transport::quorum::{yes_no, Round};

@@ -28,10 +28,10 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
+use crate::lock::shared::Shared;
 use crate::protocol::keys::{Keys, Target};
 use crate::protocol::scripts::{self, FENCE_RAISE};
 use crate::protocol::split::{Combine, Route};
-use crate::shared::Shared;
 use crate::telemetry;
 use crate::transport::quorum::{all_yes, error_reply, unexpected, Vote};
 use crate::{Error, FencingToken};

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use crate::lease::{begin_extend, Lease};
-use crate::shared::Shared;
+use crate::lock::lease::{begin_extend, Lease};
+use crate::lock::shared::Shared;
 use crate::LossReason;
 
 /// Longest sleep when nothing is due; the stop signal wakes it earlier.
