@@ -470,7 +470,7 @@ impl RedlockBuilder {
         }
         let cfg = &self.config;
         validate_prefix(&cfg.prefix)?;
-        crate::holder::validate_identity(&cfg.identity)?;
+        crate::protocol::value::validate_identity(&cfg.identity)?;
         if cfg.connect_timeout < Duration::from_millis(1)
             || cfg.connect_timeout > Duration::from_secs(3600)
         {

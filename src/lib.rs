@@ -194,12 +194,13 @@ pub use election::{Election, LeaderEvent, LeaderInfo, Leadership};
 pub use error::{Error, InstanceError, InstanceErrorKind, LossReason};
 pub use fenced::fenced_set;
 pub use guard::{LockGuard, MultiGuard};
-pub use holder::{Holder, MAX_IDENTITY_LEN};
+pub use holder::Holder;
 pub use lock::config::MAX_TTL;
 pub use options::LockOptions;
 pub use position::Position;
 pub use protocol::clock::{ClockOffset, MAX_CLOCK_OFFSET};
 pub use protocol::keys::{MAX_RESOURCES, MAX_RESOURCE_LEN};
+pub use protocol::value::MAX_IDENTITY_LEN;
 pub use token::FencingToken;
 
 #[cfg(feature = "metrics")]

@@ -60,7 +60,7 @@ impl From<Error> for Failure {
 pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result<Grant, Failure> {
     let cfg = &shared.cfg;
     let instances = &shared.instances;
-    let value = crate::holder::lock_value(&cfg.identity);
+    let value = crate::protocol::value::lock_value(&cfg.identity);
     let proposal = instances.clock_proposal();
     let start = Instant::now();
     let deadline = start + cfg.instance_timeout;
@@ -121,7 +121,7 @@ pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result
             Error::Contended {
                 resource: target.name.clone(),
                 attempts: 1,
-                holder: crate::holder::agreed(named, answered),
+                holder: crate::protocol::value::agreed(named, answered),
             }
         };
         return Err(Failure { error, granted });

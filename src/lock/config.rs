@@ -103,7 +103,7 @@ impl Default for Config {
             max_lease_lifetime: None,
             max_pipeline: 256,
             native_commands: true,
-            identity: crate::holder::default_identity(),
+            identity: crate::protocol::value::default_identity(),
         }
     }
 }

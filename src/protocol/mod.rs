@@ -9,3 +9,4 @@ pub(crate) mod native;
 pub(crate) mod scripts;
 pub(crate) mod slot;
 pub(crate) mod split;
+pub(crate) mod value;
