@@ -132,8 +132,6 @@ def main() -> int:
                 problems.append(f"upward: {module} ({layer_of(module)}) uses {r} ({layer_of(r)})")
     # Circles: strongly connected components of more than one module,
     # not counting a folder's own files among themselves via its mod.rs.
-    def folder(m):
-        return m.split("::")[0]
     index, low, stack, on, comps, counter = {}, {}, [], set(), [], [0]
     def visit(v):
         index[v] = low[v] = counter[0]; counter[0] += 1
@@ -156,10 +154,14 @@ def main() -> int:
     for v in sorted(graph):
         if v not in index:
             visit(v)
+    def unit(m):
+        """A folder with a mod.rs of its own code (cluster, notify) is one
+        unit with the files inside it; a layer's folder is not."""
+        parent = m.rsplit("::", 1)[0] if "::" in m else None
+        return parent if parent in graph and parent not in LAYERS else m
+
     for comp in comps:
-        if len(comp) > 1 and len({folder(m) for m in comp}) > 1 or (
-            len(comp) > 1 and layer_of(comp[0]) == "api"
-        ):
+        if len({unit(m) for m in comp}) > 1:
             problems.append("circle: " + " <-> ".join(sorted(comp)))
     for p in problems:
         print(p)
