@@ -261,7 +261,7 @@ impl Redlock {
                     // before the subscription would otherwise go unseen.
                     let subscribed = self.inner.notifier.watch(&channels);
                     let until = (now + shared.cfg.instance_timeout).min(latest_start);
-                    subscribed.wait_subscribed(shared.instances.quorum(), until);
+                    subscribed.wait_subscribed(shared.instances.quorum().size(), until);
                     watch = Some(subscribed);
                     woken = false;
                 }
@@ -327,7 +327,7 @@ impl Redlock {
 
     /// Instances that must agree for a grant: N/2 + 1.
     pub fn quorum(&self) -> usize {
-        self.shared().instances.quorum()
+        self.shared().instances.quorum().size()
     }
 
     /// Each instance's clock against the others', in the order the

@@ -99,6 +99,22 @@ impl Error {
         )
     }
 
+    /// Too few instances granted: `granted` of the `quorum` needed, with
+    /// the error of each instance that failed or did not answer.
+    pub(crate) fn unavailable(
+        resource: impl Into<String>,
+        quorum: usize,
+        granted: usize,
+        errors: Vec<InstanceError>,
+    ) -> Self {
+        Error::Unavailable {
+            resource: resource.into(),
+            quorum,
+            granted,
+            errors,
+        }
+    }
+
     pub(crate) fn invalid_options(reason: impl Into<String>) -> Self {
         Error::InvalidOptions {
             reason: reason.into(),

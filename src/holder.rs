@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::error::{InstanceError, InstanceErrorKind};
 use crate::lock::shared::Shared;
+use crate::protocol::keys::Keys;
+use crate::protocol::majority::Quorum;
 use crate::protocol::scripts;
 use crate::protocol::split::Route;
 use crate::transport::quorum::{error_reply, unexpected, Vote};
@@ -88,71 +89,45 @@ fn classify(values: &[Value]) -> Vote<Reading, ()> {
 
 /// Reads the holder of `resource` on every instance (see
 /// [`Redlock::holder`](crate::Redlock::holder)).
-pub(crate) fn read(
-    shared: &Shared,
-    name: &str,
-    keys: &crate::protocol::keys::Keys,
-) -> Result<Option<Holder>, Error> {
+pub(crate) fn read(shared: &Shared, name: &str, keys: &Keys) -> Result<Option<Holder>, Error> {
     shared.warmup.wait();
     let start = Instant::now();
     let deadline = shared.round_deadline();
     let cmd = scripts::packed(&scripts::HOLDER, &[&keys.lock, &keys.term], &[]);
-    let rx = shared
+    let tally = shared
         .instances
-        .broadcast(&cmd, &Route::slot(keys.slot), deadline);
-    let n = shared.instances.len();
-    let quorum = shared.instances.quorum();
-    let names: Vec<&str> = shared.instances.names().collect();
-    let mut answered = vec![false; n];
-    let mut readings: Vec<(usize, Reading)> = Vec::with_capacity(n);
-    let mut errors = Vec::new();
-    for _ in 0..n {
-        let Ok((index, result)) = rx.recv_deadline(deadline) else {
-            break;
-        };
-        answered[index] = true;
-        let vote = match result {
-            Ok(values) => classify(&values),
-            Err(e) => Vote::Failed(e),
-        };
-        match vote {
-            Vote::Yes(reading) => readings.push((index, reading)),
-            Vote::No(()) => {}
-            Vote::Failed(e) => errors.push(InstanceError::new(names[index], e.kind(), e.detail())),
-        }
-    }
-    if errors
-        .iter()
-        .any(|e| e.kind() == InstanceErrorKind::WrongType)
-    {
+        .round(&cmd, 1, &Route::slot(keys.slot), deadline, classify)
+        .wait_all(deadline);
+    if tally.has_wrong_type() {
         return Err(Error::WrongType {
             resource: name.to_string(),
-            errors,
+            errors: tally.failed,
         });
     }
-    if readings.len() < quorum {
-        for (i, done) in answered.iter().enumerate() {
-            if !done {
-                errors.push(InstanceError::new(
-                    names[i],
-                    InstanceErrorKind::Timeout,
-                    "no answer within the per-instance timeout",
-                ));
-            }
-        }
-        return Err(Error::Unavailable {
-            resource: name.to_string(),
-            quorum,
-            granted: readings.len(),
-            errors,
-        });
+    let quorum = shared.instances.quorum();
+    if !quorum.reached(tally.yes.len()) {
+        let granted = tally.yes.len();
+        return Err(Error::unavailable(
+            name,
+            quorum.size(),
+            granted,
+            tally.failed,
+        ));
     }
-    let elapsed = start.elapsed();
+    Ok(agreed_holder(&tally.yes, quorum, start.elapsed()))
+}
+
+/// The holder a quorum of the readings names, if any: by value, not
+/// identity, since a client that holds the lock again may have left its
+/// earlier value (and that value's term) on an instance.
+fn agreed_holder(
+    readings: &[(usize, Reading)],
+    quorum: Quorum,
+    elapsed: Duration,
+) -> Option<Holder> {
     type Seen = (usize, Option<Duration>, Option<u64>);
-    // By value, not identity: a client that holds the lock again may have
-    // left its earlier value (and that value's term) on an instance.
     let mut by_value: HashMap<&[u8], (&str, Vec<Seen>)> = HashMap::new();
-    for (index, reading) in &readings {
+    for (index, reading) in readings {
         if let Reading::Held {
             pttl,
             identity,
@@ -167,9 +142,9 @@ pub(crate) fn read(
                 .push((*index, *pttl, *counter));
         }
     }
-    let Some((identity, mut held)) = by_value.into_values().find(|(_, h)| h.len() >= quorum) else {
-        return Ok(None);
-    };
+    let (identity, mut held) = by_value
+        .into_values()
+        .find(|(_, h)| quorum.reached(h.len()))?;
     held.sort_by_key(|(index, _, _)| *index);
     let mut ttls: Vec<Duration> = held
         .iter()
@@ -178,11 +153,11 @@ pub(crate) fn read(
     let counter = held.iter().filter_map(|(_, _, c)| *c).max();
     // Descending: the quorum-th longest is what a quorum agrees on.
     ttls.sort_by(|a, b| b.cmp(a));
-    let ttl = ttls[quorum - 1].saturating_sub(elapsed);
-    Ok(Some(Holder {
+    let ttl = ttls[quorum.size() - 1].saturating_sub(elapsed);
+    Some(Holder {
         identity: (!identity.is_empty()).then(|| identity.to_string()),
         ttl,
         instances: held.into_iter().map(|(index, _, _)| index).collect(),
         counter,
-    }))
+    })
 }

@@ -30,6 +30,7 @@ use redis::Value;
 
 use crate::lock::shared::Shared;
 use crate::protocol::keys::{Keys, Target};
+use crate::protocol::majority::Quorum;
 use crate::protocol::scripts::{self, FENCE_RAISE};
 use crate::protocol::split::{Combine, Route};
 use crate::telemetry;
@@ -97,15 +98,11 @@ pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result
         );
         instances.deliver(&cmd, None, 1, &route, start + ttl, None, |i| !refused(i));
     };
-    let unavailable = |granted: usize, errors| Error::Unavailable {
-        resource: target.name.clone(),
-        quorum: instances.quorum(),
-        granted,
-        errors,
-    };
-
     let quorum = instances.quorum();
-    if tally.yes.len() < quorum {
+    let unavailable =
+        |granted: usize, errors| Error::unavailable(&target.name, quorum.size(), granted, errors);
+
+    if !quorum.reached(tally.yes.len()) {
         release_all(&|i| tally.refused(i));
         let granted = tally.yes.len();
         let error = if tally.has_wrong_type() {
@@ -113,7 +110,7 @@ pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result
                 resource: target.name.clone(),
                 errors: tally.failed,
             }
-        } else if tally.failed.len() > instances.len() - quorum {
+        } else if quorum.ruled_out(tally.failed.len()) {
             unavailable(granted, tally.failed)
         } else {
             let answered = tally.yes.len() + tally.no.len() + tally.failed.len();
@@ -179,8 +176,8 @@ pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result
         let raised = instances
             .round(&cmd, lagging.len(), &route, deadline, all_yes)
             .wait(deadline);
-        telemetry::fence_raise_round(raised.yes.len() >= quorum, lagging.len());
-        if raised.yes.len() < quorum {
+        telemetry::fence_raise_round(quorum.reached(raised.yes.len()), lagging.len());
+        if !quorum.reached(raised.yes.len()) {
             release_all(&|_| false);
             return Err(Failure::from(unavailable(raised.yes.len(), raised.failed)));
         }
@@ -218,10 +215,10 @@ pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result
 /// from the future, and a token taken from it alone could only be held by
 /// raising the others' counters that far ahead of their clocks, which
 /// `lua/fence_raise.lua` refuses (`tests/model_fencing.rs`).
-fn choose_token(mut answers: Vec<u64>, quorum: usize) -> Option<(u64, bool)> {
+fn choose_token(mut answers: Vec<u64>, quorum: Quorum) -> Option<(u64, bool)> {
     answers.sort_unstable();
-    let token = *answers.get(quorum.checked_sub(1)?)?;
-    let held = answers.iter().filter(|&&a| a >= token).count() >= quorum;
+    let token = *answers.get(quorum.size() - 1)?;
+    let held = quorum.reached(answers.iter().filter(|&&a| a >= token).count());
     Some((token, held))
 }
 
@@ -277,17 +274,35 @@ mod tests {
     #[test]
     fn the_token_is_the_quorum_th_smallest_answer() {
         // Agreeing answers: held at once.
-        assert_eq!(choose_token(vec![7, 7], 2), Some((7, true)));
+        assert_eq!(choose_token(vec![7, 7], Quorum::of(3)), Some((7, true)));
         // One instance ahead: the others' value, already held by a quorum.
-        assert_eq!(choose_token(vec![900, 7, 7], 2), Some((7, true)));
-        assert_eq!(choose_token(vec![900, 7, 8], 2), Some((8, true)));
-        assert_eq!(choose_token(vec![900, 7, 8, 6, 5], 3), Some((7, true)));
-        assert_eq!(choose_token(vec![900, 7, 8], 3), Some((900, false)));
+        assert_eq!(
+            choose_token(vec![900, 7, 7], Quorum::of(3)),
+            Some((7, true))
+        );
+        assert_eq!(
+            choose_token(vec![900, 7, 8], Quorum::of(3)),
+            Some((8, true))
+        );
+        assert_eq!(
+            choose_token(vec![900, 7, 8, 6, 5], Quorum::of(5)),
+            Some((7, true))
+        );
+        assert_eq!(
+            choose_token(vec![900, 7, 8], Quorum::of(5)),
+            Some((900, false))
+        );
         // Only two of three granted, one ahead: its value, to be raised.
-        assert_eq!(choose_token(vec![900, 7], 2), Some((900, false)));
-        assert_eq!(choose_token(vec![3, 1, 2, 5, 4], 3), Some((3, true)));
-        assert_eq!(choose_token(vec![7], 2), None);
-        assert_eq!(choose_token(vec![], 0), None);
+        assert_eq!(
+            choose_token(vec![900, 7], Quorum::of(3)),
+            Some((900, false))
+        );
+        assert_eq!(
+            choose_token(vec![3, 1, 2, 5, 4], Quorum::of(5)),
+            Some((3, true))
+        );
+        assert_eq!(choose_token(vec![7], Quorum::of(3)), None);
+        assert_eq!(choose_token(vec![], Quorum::of(0)), None);
     }
 
     #[test]

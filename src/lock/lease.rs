@@ -273,18 +273,18 @@ pub(crate) fn release(shared: &Shared, lease: &Lease) -> Result<(), Error> {
     if let Some(reason) = lost_before {
         return Err(lease.lost_error(reason));
     }
-    if tally.yes.len() >= quorum {
+    if quorum.reached(tally.yes.len()) {
         return Ok(());
     }
-    if tally.no.len() > shared.instances.len() - quorum {
+    if quorum.ruled_out(tally.no.len()) {
         return Err(lease.lost_error(LossReason::NotHeld));
     }
-    Err(Error::Unavailable {
-        resource: lease.target.name.clone(),
-        quorum,
-        granted: tally.yes.len(),
-        errors: tally.failed,
-    })
+    Err(Error::unavailable(
+        &lease.target.name,
+        quorum.size(),
+        tally.yes.len(),
+        tally.failed,
+    ))
 }
 
 /// An extension round that has been sent and awaits its answers.
@@ -384,7 +384,7 @@ impl PendingExtend<'_> {
         if let Some(reason) = lease.loss_locked(&mut st, now) {
             return Err(lease.lost_error(reason));
         }
-        if tally.yes.len() >= quorum && now < new_valid {
+        if quorum.reached(tally.yes.len()) && now < new_valid {
             st.valid_until = new_valid;
             st.ttl = self.ttl;
             st.extensions += 1;
@@ -396,18 +396,18 @@ impl PendingExtend<'_> {
         // only ever moved an expiry later (`PEXPIRE … GT`): the validity
         // we had still stands.
         st.failed_rounds += 1;
-        if tally.no.len() > shared.instances.len() - quorum {
+        if quorum.ruled_out(tally.no.len()) {
             lease.mark_lost_locked(&mut st, LossReason::NotHeld);
             return Err(lease.lost_error(LossReason::NotHeld));
         }
         if let Some(reason) = lease.loss_locked(&mut st, now) {
             return Err(lease.lost_error(reason));
         }
-        Err(Error::Unavailable {
-            resource: lease.target.name.clone(),
-            quorum,
-            granted: tally.yes.len(),
-            errors: tally.failed,
-        })
+        Err(Error::unavailable(
+            &lease.target.name,
+            quorum.size(),
+            tally.yes.len(),
+            tally.failed,
+        ))
     }
 }

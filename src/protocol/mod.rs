@@ -5,6 +5,7 @@
 
 pub(crate) mod clock;
 pub(crate) mod keys;
+pub(crate) mod majority;
 pub(crate) mod native;
 pub(crate) mod scripts;
 pub(crate) mod slot;

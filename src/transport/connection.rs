@@ -12,6 +12,7 @@ use parking_lot::{Condvar, Mutex};
 use redis::{ConnectionInfo, ConnectionLike, ErrorKind, RedisError, RedisResult, Value};
 
 use crate::protocol::clock::InstanceClock;
+use crate::protocol::majority::Quorum;
 use crate::protocol::native;
 
 use crate::error::{InstanceError, InstanceErrorKind};
@@ -297,7 +298,7 @@ impl Warmup {
             counts: Mutex::default(),
             changed: Condvar::new(),
             total,
-            quorum: total / 2 + 1,
+            quorum: Quorum::of(total).size(),
             deadline: Instant::now() + connect_timeout,
         })
     }

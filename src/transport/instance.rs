@@ -39,20 +39,12 @@ pub(crate) type Replies = Result<Vec<Value>, InstanceError>;
 
 /// Where a worker hands the replies to a request: the caller's round (see
 /// `quorum.rs`), which wakes the caller once the outcome is decided, or a
-/// channel.
+/// ping's row (`client.rs`).
 pub(crate) trait Collect: Send + Sync {
     fn deliver(&self, index: usize, replies: Replies);
 }
 
 pub(crate) type Sink = Arc<dyn Collect>;
-
-/// A channel is a sink too, for callers that want every answer (ping).
-impl Collect for Sender<(usize, Replies)> {
-    fn deliver(&self, index: usize, replies: Replies) {
-        // The caller may have stopped waiting; that is fine.
-        let _ = self.send((index, replies));
-    }
-}
 
 pub(crate) struct Request {
     /// One or more commands, packed once and shared by every instance.

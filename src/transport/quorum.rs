@@ -10,12 +10,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crossbeam_channel::Receiver;
 use parking_lot::{Condvar, Mutex};
 use redis::Value;
 
 use crate::error::{InstanceError, InstanceErrorKind};
 use crate::protocol::clock::{self, InstanceClock};
+use crate::protocol::majority::Quorum;
 use crate::protocol::native::{Form, Support};
 use crate::protocol::split::Route;
 use crate::transport::instance::{Collect, Replies, Request, Sink};
@@ -84,8 +84,8 @@ impl Instances {
         self.list.len()
     }
 
-    pub fn quorum(&self) -> usize {
-        self.list.len() / 2 + 1
+    pub fn quorum(&self) -> Quorum {
+        Quorum::of(self.list.len())
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
@@ -155,26 +155,6 @@ impl Instances {
         round
     }
 
-    /// Queues one command on every instance; every answer arrives on the
-    /// returned channel, tagged with the instance's index.
-    pub fn broadcast(
-        &self,
-        packed: &Arc<[u8]>,
-        route: &Route,
-        deadline: Instant,
-    ) -> Receiver<(usize, Replies)> {
-        let (tx, rx) = crossbeam_channel::bounded(self.list.len());
-        let sink: Sink = Arc::new(tx);
-        let cmd = Packed {
-            lua: packed,
-            native: None,
-            commands: 1,
-            route,
-        };
-        self.send(cmd, deadline, Some(&sink), false, |_| true);
-        rx
-    }
-
     /// Queues a command that must reach its instances (a release): a
     /// worker that cannot deliver it keeps retrying until `deadline`, even
     /// after the caller stopped waiting. `to` picks the instances.
@@ -241,7 +221,7 @@ struct Packed<'a> {
 /// outcome.
 pub(crate) struct Round<Y, N> {
     names: Arc<[String]>,
-    quorum: usize,
+    quorum: Quorum,
     classify: Classify<Y, N>,
     state: Mutex<Counting<Y, N>>,
     decided: Condvar,
@@ -264,7 +244,7 @@ impl<Y, N> Round<Y, N> {
         ))
     }
 
-    fn new(names: Arc<[String]>, quorum: usize, classify: Classify<Y, N>) -> Self {
+    fn new(names: Arc<[String]>, quorum: Quorum, classify: Classify<Y, N>) -> Self {
         let n = names.len();
         Round {
             quorum,
@@ -284,20 +264,36 @@ impl<Y, N> Round<Y, N> {
     }
 
     fn is_decided(&self, tally: &Tally<Y, N>) -> bool {
-        let n = self.names.len();
-        tally.yes.len() >= self.quorum || tally.no.len() + tally.failed.len() > n - self.quorum
+        self.quorum
+            .decided(tally.yes.len(), tally.no.len() + tally.failed.len())
     }
 
     /// Waits until the outcome is decided or the deadline passes, and takes
     /// the tally. Instances that did not answer by then (and were needed)
     /// are listed as timed out.
     pub fn wait(&self, deadline: Instant) -> Tally<Y, N> {
+        self.take(deadline, |round, st| round.is_decided(&st.tally))
+    }
+
+    /// Waits until every instance answered or the deadline passes (for a
+    /// read that needs every answer, not only the decision), and takes the
+    /// tally. Instances that did not answer by then are listed as timed out.
+    pub fn wait_all(&self, deadline: Instant) -> Tally<Y, N> {
+        self.take(deadline, |_, st| st.answered.iter().all(|a| *a))
+    }
+
+    fn take(
+        &self,
+        deadline: Instant,
+        done: impl Fn(&Self, &Counting<Y, N>) -> bool,
+    ) -> Tally<Y, N> {
         let mut st = self.state.lock();
-        while !self.is_decided(&st.tally) {
+        while !done(self, &st) {
             if self.decided.wait_until(&mut st, deadline).timed_out() {
                 break;
             }
         }
+        let finished = done(self, &st);
         st.closed = true;
         let mut tally = std::mem::replace(
             &mut st.tally,
@@ -307,7 +303,7 @@ impl<Y, N> Round<Y, N> {
                 failed: Vec::new(),
             },
         );
-        if !self.is_decided(&tally) {
+        if !finished {
             for (i, done) in st.answered.iter().enumerate() {
                 if !done {
                     tally.failed.push(InstanceError::new(
@@ -345,7 +341,8 @@ impl<Y: Send, N: Send> Collect for Round<Y, N> {
             Vote::No(n) => st.tally.no.push((index, n)),
             Vote::Failed(e) => st.tally.failed.push(e),
         }
-        if !was_decided && self.is_decided(&st.tally) {
+        let everyone = st.answered.iter().all(|a| *a);
+        if everyone || (!was_decided && self.is_decided(&st.tally)) {
             self.decided.notify_one();
         }
     }
