@@ -14,6 +14,7 @@ use crate::lock::shared::Shared;
 use crate::lock::watchdog::Watchdog;
 use crate::protocol::keys::Target;
 use crate::telemetry;
+use crate::transport::instance::{Request, Sink};
 use crate::transport::notify::{Notifier, Watch};
 use crate::{Error, LockOptions};
 
@@ -397,19 +398,8 @@ impl Redlock {
             let names = voter.each_server(|_| {
                 let row = out.len();
                 out.push((String::new(), Ok(Duration::ZERO)));
-                crate::transport::instance::Request {
-                    packed: Arc::clone(&packed),
-                    native: None,
-                    commands: 1,
-                    deadline,
-                    sink: Some(Arc::new(Row(row, tx.clone()))),
-                    persistent: false,
-                    slot: None,
-                    split: None,
-                    cluster: None,
-                    hops: 0,
-                    asking: false,
-                }
+                let sink: Sink = Arc::new(Row(row, tx.clone()));
+                Request::plain(Arc::clone(&packed), 1, deadline, Some(sink))
             });
             let first = out.len() - names.len();
             for (k, name) in names.into_iter().enumerate() {

@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 
 use crate::protocol::keys::validate_resource;
 use crate::protocol::scripts;
-use crate::protocol::split::Route;
+use crate::transport::outgoing::Outgoing;
 use crate::transport::quorum::yes_no;
 use crate::{telemetry, Error, FencingToken, LockGuard, LockOptions, LossReason, Redlock};
 
@@ -171,13 +171,12 @@ impl Election {
             let cmd: std::sync::Arc<[u8]> = [&record[..], &announce[..]].concat().into();
             (cmd, 2)
         };
-        let (cmd, _) = with_announce(false);
-        let route = Route::slot(keys.slot)
-            .with_cluster_form(shared.instances.has_cluster(), || with_announce(true));
+        let on_cluster = || with_announce(true);
+        let out = Outgoing::to_slot(keys.slot, with_announce(false)).on_cluster(&on_cluster);
         let deadline = shared.round_deadline();
         let _ = shared
             .instances
-            .round(&cmd, 2, &route, deadline, yes_no)
+            .round(&out, deadline, yes_no)
             .wait(deadline);
     }
 

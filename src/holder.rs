@@ -12,7 +12,7 @@ use crate::lock::shared::Shared;
 use crate::protocol::keys::Keys;
 use crate::protocol::majority::Quorum;
 use crate::protocol::scripts;
-use crate::protocol::split::Route;
+use crate::transport::outgoing::Outgoing;
 use crate::transport::quorum::{error_reply, unexpected, Vote};
 use crate::Error;
 
@@ -96,7 +96,7 @@ pub(crate) fn read(shared: &Shared, name: &str, keys: &Keys) -> Result<Option<Ho
     let cmd = scripts::packed(&scripts::HOLDER, &[&keys.lock, &keys.term], &[]);
     let tally = shared
         .instances
-        .round(&cmd, 1, &Route::slot(keys.slot), deadline, classify)
+        .round(&Outgoing::to_slot(keys.slot, (cmd, 1)), deadline, classify)
         .wait_all(deadline);
     if tally.has_wrong_type() {
         return Err(Error::WrongType {

@@ -32,8 +32,9 @@ use crate::lock::shared::Shared;
 use crate::protocol::keys::{Keys, Target};
 use crate::protocol::majority::Quorum;
 use crate::protocol::scripts::{self, FENCE_RAISE};
-use crate::protocol::split::{Combine, Route};
+use crate::protocol::split::Combine;
 use crate::telemetry;
+use crate::transport::outgoing::Outgoing;
 use crate::transport::quorum::{all_yes, error_reply, unexpected, Vote};
 use crate::{Error, FencingToken};
 
@@ -65,38 +66,31 @@ pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result
     let proposal = instances.clock_proposal();
     let start = Instant::now();
     let deadline = start + cfg.instance_timeout;
-    let cmd = scripts::acquire(target, &value, ttl, cfg.fence_idle, proposal);
-    let split = instances.has_cluster();
-    let route = Route::new(
-        target,
-        split,
-        |subs| Combine::Acquire {
-            undo: subs
-                .iter()
-                .map(|sub| scripts::release(sub, &value, ttl))
-                .collect(),
-            undo_deadline: start + ttl,
-        },
-        |sub| {
-            let cmd = scripts::acquire(sub, &value, ttl, cfg.fence_idle, proposal);
-            (cmd, 1)
-        },
-    );
-    let round = instances.round(&cmd, 1, &route, deadline, classify_acquire);
-    let tally = round.wait(deadline);
+    let pack = |t: &Target| {
+        (
+            scripts::acquire(t, &value, ttl, cfg.fence_idle, proposal),
+            1,
+        )
+    };
+    let combine = |subs: &[Target]| Combine::Acquire {
+        undo: subs
+            .iter()
+            .map(|sub| scripts::release(sub, &value, ttl))
+            .collect(),
+        undo_deadline: start + ttl,
+    };
+    let out = Outgoing::about(target, pack(target), &pack).combined(&combine);
+    let tally = instances
+        .round(&out, deadline, classify_acquire)
+        .wait(deadline);
 
     // Sent to every instance that did not refuse, answered or not: a grant
     // whose reply was lost must not linger. Useless once the lease would
     // have expired anyway.
     let release_all = |refused: &dyn Fn(usize) -> bool| {
-        let cmd = scripts::release(target, &value, ttl);
-        let route = Route::new(
-            target,
-            split,
-            |_| Combine::AllYes,
-            |sub| (scripts::release(sub, &value, ttl), 1),
-        );
-        instances.deliver(&cmd, None, 1, &route, start + ttl, None, |i| !refused(i));
+        let pack = |t: &Target| (scripts::release(t, &value, ttl), 1);
+        let out = Outgoing::about(target, pack(target), &pack);
+        instances.deliver(&out, start + ttl, None, |i| !refused(i));
     };
     let quorum = instances.quorum();
     let unavailable =
@@ -152,30 +146,24 @@ pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result
             .zip(&tokens)
             .map(|(member, token)| (&member.keys, token.get()))
             .collect();
-        let cmd = pack_raise(&lagging, &value, cfg.fence_idle);
-        let route = Route::new(
-            target,
-            split,
-            |_| Combine::AllYes,
-            |sub| {
-                let lagging: Vec<(&Keys, u64)> = sub
-                    .members
-                    .iter()
-                    .filter_map(|m| {
-                        let i = target
-                            .members
-                            .iter()
-                            .position(|t| t.resource == m.resource)?;
-                        Some((&m.keys, tokens.get(i)?.get()))
-                    })
-                    .collect();
-                (pack_raise(&lagging, &value, cfg.fence_idle), lagging.len())
-            },
-        );
+        let part = |sub: &Target| {
+            let lagging: Vec<(&Keys, u64)> = sub
+                .members
+                .iter()
+                .filter_map(|m| {
+                    let i = target
+                        .members
+                        .iter()
+                        .position(|t| t.resource == m.resource)?;
+                    Some((&m.keys, tokens.get(i)?.get()))
+                })
+                .collect();
+            (pack_raise(&lagging, &value, cfg.fence_idle), lagging.len())
+        };
+        let whole = (pack_raise(&lagging, &value, cfg.fence_idle), lagging.len());
+        let out = Outgoing::about(target, whole, &part);
         let deadline = shared.round_deadline();
-        let raised = instances
-            .round(&cmd, lagging.len(), &route, deadline, all_yes)
-            .wait(deadline);
+        let raised = instances.round(&out, deadline, all_yes).wait(deadline);
         telemetry::fence_raise_round(quorum.reached(raised.yes.len()), lagging.len());
         if !quorum.reached(raised.yes.len()) {
             release_all(&|_| false);

@@ -13,9 +13,9 @@ use crate::lock::shared::Shared;
 use crate::protocol::keys::Target;
 use crate::protocol::native;
 use crate::protocol::scripts::{self, EXTEND};
-use crate::protocol::split::{Combine, Route};
 use crate::telemetry;
 use crate::transport::instance::Sink;
+use crate::transport::outgoing::Outgoing;
 use crate::transport::quorum::{yes_no, Round};
 use crate::{Error, FencingToken, LockOptions, LossReason};
 
@@ -224,19 +224,15 @@ pub(crate) fn send_release(
         Some(rest) => (scripts::release_hold(target, &lease.value, ttl, rest), 1),
         None => scripts::release_and_announce(target, &lease.value, ttl, sharded),
     };
-    let (cmd, commands) = pack_for(&lease.target, false);
     let native = hold
         .is_none()
         .then(|| native::release(&lease.target, &lease.value, ttl))
         .flatten();
-    let split = shared.instances.has_cluster();
-    let route = Route::new(
-        &lease.target,
-        split,
-        |_| Combine::AllYes,
-        |t| pack_for(t, true),
-    )
-    .with_cluster_form(split, || pack_for(&lease.target, true));
+    let part = |t: &Target| pack_for(t, true);
+    let on_cluster = || pack_for(&lease.target, true);
+    let out = Outgoing::about(&lease.target, pack_for(&lease.target, false), &part)
+        .or_native(native)
+        .on_cluster(&on_cluster);
     // A lease past its validity that nobody observed yet is lost, exactly
     // as if the watchdog had got there first.
     let was_lost = lease.loss_locked(&mut st, Instant::now()).is_some();
@@ -248,15 +244,9 @@ pub(crate) fn send_release(
     let deadline = Instant::now() + st.ttl;
     let round = wait.then(|| Round::new_for(&shared.instances, yes_no));
     let sink = round.clone().map(|r| -> Sink { r });
-    shared.instances.deliver(
-        &cmd,
-        native.as_ref(),
-        commands,
-        &route,
-        deadline,
-        sink.as_ref(),
-        |_| true,
-    );
+    shared
+        .instances
+        .deliver(&out, deadline, sink.as_ref(), |_| true);
     round
 }
 
@@ -323,9 +313,6 @@ pub(crate) fn begin_extend<'a>(
         );
         (cmd, 1)
     };
-    let (cmd, _) = pack(&lease.target);
-    let split = shared.instances.has_cluster();
-    let route = Route::new(&lease.target, split, |_| Combine::AllYes, pack);
     let mut st = lease.state.lock();
     if let Some(reason) = lease.loss_locked(&mut st, start) {
         return Err(lease.lost_error(reason));
@@ -343,14 +330,10 @@ pub(crate) fn begin_extend<'a>(
     .then(|| native::extend(&lease.target, &lease.value, ttl))
     .flatten();
     st.native_sent |= native.is_some();
-    let round = shared.instances.round_or_native(
-        &cmd,
-        native.as_ref(),
-        1,
-        &route,
-        start + shared.cfg.instance_timeout,
-        yes_no,
-    );
+    let out = Outgoing::about(&lease.target, pack(&lease.target), &pack).or_native(native);
+    let round = shared
+        .instances
+        .round(&out, start + shared.cfg.instance_timeout, yes_no);
     drop(st);
     Ok(Some(PendingExtend {
         lease,

@@ -120,6 +120,43 @@ impl Redirection {
 }
 
 impl Request {
+    /// A request of one form to one connection: no native form, no cluster
+    /// route yet (a key-less command, or a part already routed to its
+    /// shard: see [`at_slot`](Self::at_slot)).
+    pub fn plain(
+        packed: Arc<[u8]>,
+        commands: usize,
+        deadline: Instant,
+        sink: Option<Sink>,
+    ) -> Self {
+        Request {
+            packed,
+            native: None,
+            commands,
+            deadline,
+            sink,
+            persistent: false,
+            slot: None,
+            split: None,
+            cluster: None,
+            hops: 0,
+            asking: false,
+        }
+    }
+
+    /// This request, for keys in `slot`.
+    pub fn at_slot(mut self, slot: u16) -> Self {
+        self.slot = Some(slot);
+        self
+    }
+
+    /// This request, to be delivered even after its caller stopped
+    /// waiting (see [`persistent`](Self::persistent)).
+    pub fn persistent(mut self, persistent: bool) -> Self {
+        self.persistent = persistent;
+        self
+    }
+
     /// What to send on `conn`: the native form where its server runs it.
     fn form(&self, conn: &Conn) -> (&[u8], Option<&Form>) {
         match self.native.as_deref() {

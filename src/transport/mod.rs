@@ -9,6 +9,7 @@ pub(crate) mod cluster;
 pub(crate) mod connection;
 pub(crate) mod instance;
 pub(crate) mod notify;
+pub(crate) mod outgoing;
 pub(crate) mod quorum;
 #[cfg(feature = "tls-rustls")]
 pub(crate) mod tls;

@@ -16,9 +16,9 @@ use redis::Value;
 use crate::error::{InstanceError, InstanceErrorKind};
 use crate::protocol::clock::{self, InstanceClock};
 use crate::protocol::majority::Quorum;
-use crate::protocol::native::{Form, Support};
-use crate::protocol::split::Route;
+use crate::protocol::native::Support;
 use crate::transport::instance::{Collect, Replies, Request, Sink};
+use crate::transport::outgoing::Outgoing;
 use crate::transport::voter::Voter;
 
 /// The set of instances a client locks on.
@@ -92,11 +92,6 @@ impl Instances {
         self.names.iter().map(String::as_str)
     }
 
-    /// True when some position is a Redis Cluster.
-    pub fn has_cluster(&self) -> bool {
-        self.has_cluster
-    }
-
     /// The voters, for requests that go to each server behind them (ping).
     pub fn voters(&self) -> &[Voter] {
         &self.list
@@ -118,103 +113,57 @@ impl Instances {
         self.support.iter().any(|s| s.extends_natively())
     }
 
-    /// Queues `commands` packed commands on every instance and returns the
-    /// round that counts the answers.
-    /// `route` says where the request goes on a cluster position.
+    /// Queues `out` on every instance and returns the round that counts
+    /// the answers.
     pub fn round<Y: Send + 'static, N: Send + 'static>(
         &self,
-        packed: &Arc<[u8]>,
-        commands: usize,
-        route: &Route,
-        deadline: Instant,
-        classify: Classify<Y, N>,
-    ) -> Arc<Round<Y, N>> {
-        self.round_or_native(packed, None, commands, route, deadline, classify)
-    }
-
-    /// As [`round`](Self::round), sending `native` instead of `packed` to
-    /// the instances whose connection runs it.
-    pub fn round_or_native<Y: Send + 'static, N: Send + 'static>(
-        &self,
-        packed: &Arc<[u8]>,
-        native: Option<&Arc<Form>>,
-        commands: usize,
-        route: &Route,
+        out: &Outgoing<'_>,
         deadline: Instant,
         classify: Classify<Y, N>,
     ) -> Arc<Round<Y, N>> {
         let round = Round::new_for(self, classify);
         let sink: Sink = round.clone();
-        let cmd = Packed {
-            lua: packed,
-            native,
-            commands,
-            route,
-        };
-        self.send(cmd, deadline, Some(&sink), false, |_| true);
+        self.send(out, deadline, Some(&sink), false, |_| true);
         round
     }
 
-    /// Queues a command that must reach its instances (a release): a
+    /// Queues a request that must reach its instances (a release): a
     /// worker that cannot deliver it keeps retrying until `deadline`, even
     /// after the caller stopped waiting. `to` picks the instances.
-    /// `native`, if given, goes instead of `packed` to the instances whose
-    /// connection runs it.
-    // The request's forms (Lua, native, cluster route) and its delivery
-    // (deadline, sink, instances): what a release needs, nothing less.
-    #[allow(clippy::too_many_arguments)]
     pub fn deliver(
         &self,
-        packed: &Arc<[u8]>,
-        native: Option<&Arc<Form>>,
-        commands: usize,
-        route: &Route,
+        out: &Outgoing<'_>,
         deadline: Instant,
         sink: Option<&Sink>,
         to: impl Fn(usize) -> bool,
     ) {
-        let cmd = Packed {
-            lua: packed,
-            native,
-            commands,
-            route,
-        };
-        self.send(cmd, deadline, sink, true, to);
+        self.send(out, deadline, sink, true, to);
     }
 
     fn send(
         &self,
-        cmd: Packed<'_>,
+        out: &Outgoing<'_>,
         deadline: Instant,
         sink: Option<&Sink>,
         persistent: bool,
         to: impl Fn(usize) -> bool,
     ) {
+        let route = out.route(self.has_cluster);
         for (_, instance) in self.list.iter().enumerate().filter(|(i, _)| to(*i)) {
-            instance.send(Request {
-                packed: Arc::clone(cmd.lua),
-                native: cmd.native.cloned(),
-                commands: cmd.commands,
+            let mut req = Request::plain(
+                Arc::clone(out.packed()),
+                out.commands(),
                 deadline,
-                sink: sink.cloned(),
-                persistent,
-                slot: cmd.route.slot,
-                split: cmd.route.split.clone(),
-                cluster: cmd.route.cluster.clone(),
-                hops: 0,
-                asking: false,
-            });
+                sink.cloned(),
+            )
+            .persistent(persistent);
+            req.native = out.native().cloned();
+            req.slot = route.slot;
+            req.split = route.split.clone();
+            req.cluster = route.cluster.clone();
+            instance.send(req);
         }
     }
-}
-
-/// What a request sends: its Lua form, and the native form where one
-/// exists (`native.rs`); `commands` replies either way.
-struct Packed<'a> {
-    lua: &'a Arc<[u8]>,
-    native: Option<&'a Arc<Form>>,
-    commands: usize,
-    route: &'a Route,
 }
 
 /// One round of requests: the votes so far, and the caller waiting for the

@@ -102,19 +102,9 @@ impl Gather {
                 answer.lock().one_done();
                 continue;
             };
-            router.route(Request {
-                packed: Arc::clone(packed),
-                native: None,
-                commands: 1,
-                deadline: *undo_deadline,
-                sink: Some(Arc::new(UndoSink(Arc::clone(answer)))),
-                persistent: true,
-                slot: Some(part.slot),
-                split: None,
-                cluster: None,
-                hops: 0,
-                asking: false,
-            });
+            let sink: Sink = Arc::new(UndoSink(Arc::clone(answer)));
+            let undo = Request::plain(Arc::clone(packed), 1, *undo_deadline, Some(sink));
+            router.route(undo.at_slot(part.slot).persistent(true));
         }
     }
 }

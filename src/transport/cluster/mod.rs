@@ -27,6 +27,7 @@ use crate::protocol::clock::InstanceClock;
 use crate::protocol::slot::SLOTS;
 use crate::protocol::split::Split;
 use crate::transport::connection::{open_client, Manager, TlsSettings, Warmup};
+use crate::transport::instance::Sink;
 use crate::transport::instance::{Instance, InstanceConfig, Redirect, Redirection, Request};
 use crate::transport::notify::Shards;
 
@@ -242,22 +243,17 @@ impl Router {
             split,
         });
         for (k, part) in gather.split.parts.iter().enumerate() {
-            self.route(Request {
-                packed: Arc::clone(&part.packed),
-                native: None,
-                commands: part.commands,
-                deadline: req.deadline,
-                sink: Some(Arc::new(PartSink {
-                    gather: Arc::clone(&gather),
-                    part: k,
-                })),
-                persistent: req.persistent,
-                slot: Some(part.slot),
-                split: None,
-                cluster: None,
-                hops: 0,
-                asking: false,
+            let sink: Sink = Arc::new(PartSink {
+                gather: Arc::clone(&gather),
+                part: k,
             });
+            let sent = Request::plain(
+                Arc::clone(&part.packed),
+                part.commands,
+                req.deadline,
+                Some(sink),
+            );
+            self.route(sent.at_slot(part.slot).persistent(req.persistent));
         }
     }
 
