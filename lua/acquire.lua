@@ -1,5 +1,6 @@
 -- Acquire one lock, or a set of locks all or none, and give each resource
 -- its fencing token.
+-- Packed by `scripts::acquire` (src/protocol/scripts.rs).
 -- KEYS the lock key and fence counter key of each member, in pairs, then
 -- the attempt's void key (written by release.lua when this attempt's
 -- clean-up arrives before this request)

@@ -1,4 +1,5 @@
 -- Extend locks only if every one still holds our value (compare-and-pexpire).
+-- Packed by `scripts::extend` (src/protocol/scripts.rs).
 -- KEYS lock keys (one, or the members of a set); ARGV[1] lock value,
 -- ARGV[2] new ttl in ms
 -- Returns 1 when every key is ours (each now lives at least the new ttl),

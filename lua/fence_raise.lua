@@ -1,5 +1,6 @@
 -- Raise a fencing counter to at least a token, and report whether the lock
 -- still holds our value. Counters only ever go up.
+-- Packed by `scripts::raise` (src/protocol/scripts.rs).
 -- KEYS[1] lock key, KEYS[2] fence counter key
 -- ARGV[1] lock value, ARGV[2] token, ARGV[3] counter idle expiry in ms
 -- Returns 1 when the counter is >= token and the lock is ours, 0 otherwise:

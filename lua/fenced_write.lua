@@ -1,5 +1,6 @@
 -- Downstream fencing check for a Redis-backed store: write a value only if
 -- the writer's fencing token is not older than the newest one seen.
+-- Packed by `fenced_set` (src/fenced.rs).
 -- KEYS[1] highest-token key, KEYS[2] data key
 -- ARGV[1] token, ARGV[2] value
 -- Returns 1 when written, 0 when refused as stale (the caller's lease ran

@@ -1,5 +1,6 @@
 -- Who holds a lock, read-only: nothing is written, so a request that lands
 -- late, twice or never changes nothing.
+-- Packed by `scripts::holder` (src/protocol/scripts.rs).
 -- KEYS[1] lock key, KEYS[2] term key (see term.lua)
 -- Returns {0} when the lock is free, {1, pttl, identity, term, tag} when
 -- held (identity '' for a value without one; term '' unless a term was

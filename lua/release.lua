@@ -1,4 +1,5 @@
 -- Release locks only where they still hold our value (compare-and-delete).
+-- Packed by `scripts::release` and `scripts::release_and_announce` (src/protocol/scripts.rs).
 -- KEYS lock keys (one, or the members of a set), then the attempt's void
 -- key; ARGV[1] lock value, ARGV[2] void key ttl in ms, ARGV[3] '1' to void
 -- the attempt in any case (see below)

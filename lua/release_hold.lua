@@ -2,6 +2,7 @@
 -- hold_at_least): instead of deleting each key that still holds our value,
 -- set its expiry to the rest of the hold. Keys that are not ours are left
 -- alone.
+-- Packed by `scripts::release_hold` (src/protocol/scripts.rs).
 -- KEYS lock keys (one, or the members of a set), then the attempt's void
 -- key; ARGV[1] lock value, ARGV[2] void key ttl in ms, ARGV[3] the rest of
 -- the hold in ms

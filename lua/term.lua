@@ -1,4 +1,5 @@
 -- Record an election's term next to its leader's lock, for observers.
+-- Packed by `scripts::term_and_announce` (src/protocol/scripts.rs).
 -- KEYS[1] lock key, KEYS[2] term key
 -- ARGV[1] lock value, ARGV[2] term (the grant's fencing token),
 -- ARGV[3] the term record's expiry in ms

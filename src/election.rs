@@ -154,25 +154,12 @@ impl Election {
         let shared = self.locks.shared();
         let lease = guard.lease();
         let keys = &lease.target.members[0].keys;
-        let term = guard.token().get().to_string();
-        let idle = shared.cfg.fence_idle.as_millis().to_string();
-        let record = scripts::packed(
-            &scripts::TERM,
-            &[&keys.lock, &keys.term],
-            &[lease.value.as_bytes(), term.as_bytes(), idle.as_bytes()],
-        );
+        let (value, term, idle) = (&lease.value, guard.token().get(), shared.cfg.fence_idle);
         // Then announced on the release channel: observers read at once.
         // (Standbys waiting there try once more and wait again.)
-        let with_announce = |sharded: bool| {
-            let announce = redis::cmd(scripts::announce_command(sharded))
-                .arg(&keys.channel)
-                .arg("elected")
-                .get_packed_command();
-            let cmd: std::sync::Arc<[u8]> = [&record[..], &announce[..]].concat().into();
-            (cmd, 2)
-        };
-        let on_cluster = || with_announce(true);
-        let out = Outgoing::to_slot(keys.slot, with_announce(false)).on_cluster(&on_cluster);
+        let pack = |sharded| scripts::term_and_announce(keys, value, term, idle, sharded);
+        let on_cluster = || pack(true);
+        let out = Outgoing::to_slot(keys.slot, pack(false)).on_cluster(&on_cluster);
         let deadline = shared.round_deadline();
         let _ = shared
             .instances

@@ -93,10 +93,13 @@ pub(crate) fn read(shared: &Shared, name: &str, keys: &Keys) -> Result<Option<Ho
     shared.warmup.wait();
     let start = Instant::now();
     let deadline = shared.round_deadline();
-    let cmd = scripts::packed(&scripts::HOLDER, &[&keys.lock, &keys.term], &[]);
     let tally = shared
         .instances
-        .round(&Outgoing::to_slot(keys.slot, (cmd, 1)), deadline, classify)
+        .round(
+            &Outgoing::to_slot(keys.slot, (scripts::holder(keys), 1)),
+            deadline,
+            classify,
+        )
         .wait_all(deadline);
     if tally.has_wrong_type() {
         return Err(Error::WrongType {

@@ -23,7 +23,6 @@
 //! clean-up also voids the attempt's acquire where it has not landed yet
 //! (`lua/release.lua`).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::Value;
@@ -31,7 +30,7 @@ use redis::Value;
 use crate::lock::shared::Shared;
 use crate::protocol::keys::{Keys, Target};
 use crate::protocol::majority::Quorum;
-use crate::protocol::scripts::{self, FENCE_RAISE};
+use crate::protocol::scripts;
 use crate::protocol::split::Combine;
 use crate::telemetry;
 use crate::transport::outgoing::Outgoing;
@@ -158,9 +157,15 @@ pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result
                     Some((&m.keys, tokens.get(i)?.get()))
                 })
                 .collect();
-            (pack_raise(&lagging, &value, cfg.fence_idle), lagging.len())
+            (
+                scripts::raise(&lagging, &value, cfg.fence_idle),
+                lagging.len(),
+            )
         };
-        let whole = (pack_raise(&lagging, &value, cfg.fence_idle), lagging.len());
+        let whole = (
+            scripts::raise(&lagging, &value, cfg.fence_idle),
+            lagging.len(),
+        );
         let out = Outgoing::about(target, whole, &part);
         let deadline = shared.round_deadline();
         let raised = instances.round(&out, deadline, all_yes).wait(deadline);
@@ -208,21 +213,6 @@ fn choose_token(mut answers: Vec<u64>, quorum: Quorum) -> Option<(u64, bool)> {
     let token = *answers.get(quorum.size() - 1)?;
     let held = quorum.reached(answers.iter().filter(|&&a| a >= token).count());
     Some((token, held))
-}
-
-/// One raise script per member, in one request.
-fn pack_raise(lagging: &[(&Keys, u64)], value: &str, idle: Duration) -> Arc<[u8]> {
-    let idle_ms = idle.as_millis().to_string();
-    let mut bytes = Vec::new();
-    for (keys, token) in lagging {
-        let token = token.to_string();
-        bytes.extend_from_slice(&scripts::packed(
-            &FENCE_RAISE,
-            &[&keys.lock, &keys.fence],
-            &[value.as_bytes(), token.as_bytes(), idle_ms.as_bytes()],
-        ));
-    }
-    bytes.into()
 }
 
 /// `{1, token...}` is a grant (of every member), `{0}` a refusal, `{0,

@@ -12,7 +12,7 @@ use crate::lock::acquire::Grant;
 use crate::lock::shared::Shared;
 use crate::protocol::keys::Target;
 use crate::protocol::native;
-use crate::protocol::scripts::{self, EXTEND};
+use crate::protocol::scripts;
 use crate::telemetry;
 use crate::transport::instance::Sink;
 use crate::transport::outgoing::Outgoing;
@@ -304,15 +304,7 @@ pub(crate) fn begin_extend<'a>(
         }
     };
     let start = Instant::now();
-    let ttl_ms = ttl.as_millis().to_string();
-    let pack = |target: &Target| {
-        let cmd = scripts::packed(
-            &EXTEND,
-            &target.lock_keys(),
-            &[lease.value.as_bytes(), ttl_ms.as_bytes()],
-        );
-        (cmd, 1)
-    };
+    let pack = |target: &Target| (scripts::extend(target, &lease.value, ttl), 1);
     let mut st = lease.state.lock();
     if let Some(reason) = lease.loss_locked(&mut st, start) {
         return Err(lease.lost_error(reason));

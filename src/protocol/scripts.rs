@@ -1,15 +1,16 @@
-//! The Lua scripts, hashed once and sent with EVALSHA, and the packed
-//! requests built from them. Every script reads and writes only state that
-//! stays right when the request lands late, twice, or after later ones: what
-//! they execute is modelled in `tests/model_fencing.rs` and
-//! `tests/model_lease.rs`.
+//! The Lua scripts, hashed once and sent with EVALSHA, and one typed packer
+//! per script: the only place their keys and arguments are laid out (each
+//! script's header names its packer). Every script reads and writes only
+//! state that stays right when the request lands late, twice, or after
+//! later ones: what they execute is modelled in `tests/model_*.rs` (the
+//! table in docs/protocol.md, "What is checked").
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::Script;
 
-use crate::protocol::keys::Target;
+use crate::protocol::keys::{Keys, Target};
 
 const ACQUIRE_SOURCE: &str = include_str!("../../lua/acquire.lua");
 const RELEASE_SOURCE: &str = include_str!("../../lua/release.lua");
@@ -19,14 +20,13 @@ const HOLDER_SOURCE: &str = include_str!("../../lua/holder.lua");
 const RELEASE_HOLD_SOURCE: &str = include_str!("../../lua/release_hold.lua");
 const TERM_SOURCE: &str = include_str!("../../lua/term.lua");
 
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
-pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_SOURCE));
-pub(crate) static FENCE_RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_RAISE_SOURCE));
-pub(crate) static HOLDER: LazyLock<Script> = LazyLock::new(|| Script::new(HOLDER_SOURCE));
-pub(crate) static TERM: LazyLock<Script> = LazyLock::new(|| Script::new(TERM_SOURCE));
-pub(crate) static RELEASE_HOLD: LazyLock<Script> =
-    LazyLock::new(|| Script::new(RELEASE_HOLD_SOURCE));
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
+static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_SOURCE));
+static FENCE_RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_RAISE_SOURCE));
+static HOLDER: LazyLock<Script> = LazyLock::new(|| Script::new(HOLDER_SOURCE));
+static TERM: LazyLock<Script> = LazyLock::new(|| Script::new(TERM_SOURCE));
+static RELEASE_HOLD: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_HOLD_SOURCE));
 
 /// Sources of every script a worker connection preloads.
 pub(crate) const ALL_SOURCES: [&str; 7] = [
@@ -66,7 +66,7 @@ const _: () = assert!(PROPOSAL_WINDOW_MICROS < MAX_AHEAD_MICROS);
 const _: () = assert!(PROPOSAL_LEAD_MICROS < PROPOSAL_WINDOW_MICROS);
 
 /// An EVALSHA command packed once, shared by every instance's worker.
-pub(crate) fn packed(script: &Script, keys: &[&str], args: &[&[u8]]) -> Arc<[u8]> {
+fn packed(script: &Script, keys: &[&str], args: &[&[u8]]) -> Arc<[u8]> {
     eval(script, keys, args).get_packed_command().into()
 }
 
@@ -190,9 +190,65 @@ pub(crate) fn release_and_announce(
     (pipe.get_packed_pipeline().into(), 1 + target.members.len())
 }
 
+/// `lua/extend.lua` on a lease's lock keys: each key's expiry moved to
+/// `ttl` from now, never earlier, where it still holds `value`.
+pub(crate) fn extend(target: &Target, value: &str, ttl: Duration) -> Arc<[u8]> {
+    let ttl_ms = ttl.as_millis().to_string();
+    packed(
+        &EXTEND,
+        &target.lock_keys(),
+        &[value.as_bytes(), ttl_ms.as_bytes()],
+    )
+}
+
+/// A raise round (`lua/fence_raise.lua`): one script per member, in one
+/// request, each taking the member's counter up to its token where the
+/// lock still holds `value`.
+pub(crate) fn raise(lagging: &[(&Keys, u64)], value: &str, idle: Duration) -> Arc<[u8]> {
+    let idle_ms = idle.as_millis().to_string();
+    let mut bytes = Vec::new();
+    for (keys, token) in lagging {
+        let token = token.to_string();
+        bytes.extend_from_slice(&packed(
+            &FENCE_RAISE,
+            &[&keys.lock, &keys.fence],
+            &[value.as_bytes(), token.as_bytes(), idle_ms.as_bytes()],
+        ));
+    }
+    bytes.into()
+}
+
+/// `lua/holder.lua`: who holds the lock of `keys`, read-only.
+pub(crate) fn holder(keys: &Keys) -> Arc<[u8]> {
+    packed(&HOLDER, &[&keys.lock, &keys.term], &[])
+}
+
+/// `lua/term.lua`, recording an elected leader's `term` next to its lock
+/// for `idle`, then the announcement on the release channel that wakes
+/// observers (`SPUBLISH` with `sharded`): two commands.
+pub(crate) fn term_and_announce(
+    keys: &Keys,
+    value: &str,
+    term: u64,
+    idle: Duration,
+    sharded: bool,
+) -> (Arc<[u8]>, usize) {
+    let (term, idle_ms) = (term.to_string(), idle.as_millis().to_string());
+    let mut pipe = redis::pipe();
+    pipe.add_command(eval(
+        &TERM,
+        &[&keys.lock, &keys.term],
+        &[value.as_bytes(), term.as_bytes(), idle_ms.as_bytes()],
+    ));
+    pipe.cmd(announce_command(sharded))
+        .arg(&keys.channel)
+        .arg("elected");
+    (pipe.get_packed_pipeline().into(), 2)
+}
+
 /// How a release is announced: `SPUBLISH` on a cluster position, where it
 /// goes to the channel's shard only (a `PUBLISH` goes to every node).
-pub(crate) fn announce_command(sharded: bool) -> &'static str {
+fn announce_command(sharded: bool) -> &'static str {
     if sharded {
         "SPUBLISH"
     } else {
