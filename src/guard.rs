@@ -34,7 +34,7 @@ impl Held {
     }
 
     fn ensure_held(&self) -> Result<(), Error> {
-        match self.lease.loss() {
+        match self.lease.refresh_loss() {
             None => Ok(()),
             Some(reason) => Err(self.lease.lost_error(reason)),
         }
@@ -43,10 +43,7 @@ impl Held {
     fn extend(&self, ttl: Duration) -> Result<(), Error> {
         let shared = &self.shared;
         shared.cfg.validate(&shared.cfg.defaults.ttl(ttl))?;
-        match lease::begin_extend(shared, &self.lease, ttl, true)? {
-            Some(pending) => pending.finish(shared),
-            None => Err(self.lease.lost_error(LossReason::Released)),
-        }
+        lease::begin_extend(shared, &self.lease, ttl)?.finish(shared)
     }
 
     fn release(&self) -> Result<(), Error> {
@@ -77,7 +74,7 @@ macro_rules! lease_methods {
         /// validity. Turns false no later than the moment the lease may have
         /// expired on the instances.
         pub fn is_held(&self) -> bool {
-            self.held.lease.loss().is_none()
+            self.held.lease.refresh_loss().is_none()
         }
 
         /// `Ok(())` while the lease is held, [`Error::Lost`] otherwise. Call

@@ -19,6 +19,20 @@ use crate::transport::outgoing::Outgoing;
 use crate::transport::quorum::{yes_no, Round};
 use crate::{Error, FencingToken, LockOptions, LossReason};
 
+/// A lease's renewal state, as the watchdog reads it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Renewal {
+    /// What extensions ask for.
+    pub ttl: Duration,
+    /// How long the last grant or extension is believed (see
+    /// [`Lease::believed`]).
+    pub believed: Duration,
+    pub valid_until: Instant,
+    pub extensions: u32,
+    /// Extension rounds failed since the last success.
+    pub failed_rounds: u32,
+}
+
 pub(crate) struct Lease {
     /// The resource, or the set of resources held together.
     pub target: Target,
@@ -43,17 +57,19 @@ pub(crate) struct Lease {
     extending: Mutex<()>,
 }
 
-pub(crate) struct State {
-    pub valid_until: Instant,
+/// What changes while a lease lives; read and decided on under one lock,
+/// only in this file.
+struct State {
+    valid_until: Instant,
     /// The TTL extensions ask for: the acquisition's, or the last one a
     /// caller's `extend()` asked for.
-    pub ttl: Duration,
-    pub released: bool,
-    pub lost: Option<LossReason>,
-    pub extensions: u32,
-    pub failed_rounds: u32,
+    ttl: Duration,
+    released: bool,
+    lost: Option<LossReason>,
+    extensions: u32,
+    failed_rounds: u32,
     /// Reason given when the validity runs out without an extension.
-    pub expiry_reason: LossReason,
+    expiry_reason: LossReason,
     /// A native extension was sent: it may still land, late, and set the
     /// keys' expiry to `native_ttl` from then.
     native_sent: bool,
@@ -90,15 +106,53 @@ impl Lease {
         }
     }
 
-    pub fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock()
-    }
-
-    /// Why the lease is not held, if it is not; marks it expired once its
-    /// validity has passed, so every observer agrees from then on.
-    pub fn loss(&self) -> Option<LossReason> {
+    /// Brings the lease's loss up to date and returns it: why the lease is
+    /// not held, if it is not. A lease whose validity has passed is marked
+    /// expired here, so every observer agrees from then on.
+    pub fn refresh_loss(&self) -> Option<LossReason> {
         let mut st = self.state.lock();
         self.loss_locked(&mut st, Instant::now())
+    }
+
+    /// What the watchdog schedules a lease by, copied under one lock;
+    /// `None` once the lease is released or lost.
+    pub fn renewal(&self) -> Option<Renewal> {
+        let st = self.state.lock();
+        if st.released || st.lost.is_some() {
+            return None;
+        }
+        Some(self.renewal_locked(&st))
+    }
+
+    fn renewal_locked(&self, st: &State) -> Renewal {
+        Renewal {
+            ttl: st.ttl,
+            believed: self.believed(st, st.ttl),
+            valid_until: st.valid_until,
+            extensions: st.extensions,
+            failed_rounds: st.failed_rounds,
+        }
+    }
+
+    /// No more extensions are allowed (a limit was reached): the expiry of
+    /// the validity is then reported as [`LossReason::ExtensionLimit`].
+    pub fn stop_extending(&self) {
+        self.state.lock().expiry_reason = LossReason::ExtensionLimit;
+    }
+
+    /// Marks the lease lost with `reason` if `decide` says so, judged on
+    /// its state under the same lock, so that no extension can succeed in
+    /// between. Returns whether it did.
+    pub fn mark_lost_if(&self, reason: LossReason, decide: impl FnOnce(&Renewal) -> bool) -> bool {
+        let mut st = self.state.lock();
+        if st.released || st.lost.is_some() {
+            return false;
+        }
+        if !decide(&self.renewal_locked(&st)) {
+            return false;
+        }
+        self.mark_lost_locked(&mut st, reason);
+        true
     }
 
     fn loss_locked(&self, st: &mut State, now: Instant) -> Option<LossReason> {
@@ -116,7 +170,7 @@ impl Lease {
     /// sent before may still land and set the expiry to `native_ttl` from
     /// then, so a longer round is believed only that far. The watchdog
     /// renews a third of this after a round, not of what it asked.
-    pub fn believed(&self, st: &State, asked: Duration) -> Duration {
+    fn believed(&self, st: &State, asked: Duration) -> Duration {
         if st.native_sent {
             asked.min(self.native_ttl)
         } else {
@@ -130,11 +184,6 @@ impl Lease {
             return Duration::ZERO;
         }
         st.valid_until.saturating_duration_since(Instant::now())
-    }
-
-    pub fn mark_lost(&self, reason: LossReason) {
-        let mut st = self.state.lock();
-        self.mark_lost_locked(&mut st, reason);
     }
 
     fn mark_lost_locked(&self, st: &mut State, reason: LossReason) {
@@ -254,7 +303,7 @@ pub(crate) fn send_release(
 pub(crate) fn release(shared: &Shared, lease: &Lease) -> Result<(), Error> {
     // A lease whose validity ran out is reported lost even if its keys were
     // still there to delete: the work done under it was not protected.
-    let lost_before = lease.loss();
+    let lost_before = lease.refresh_loss();
     let Some(round) = send_release(shared, lease, true) else {
         return Err(lease.lost_error(LossReason::Released));
     };
@@ -286,23 +335,35 @@ pub(crate) struct PendingExtend<'a> {
     round: Arc<Round<(), ()>>,
 }
 
-/// Sends an extension round, unless the lease is already gone. `wait`
-/// says whether to wait for a round under way (a caller's explicit extend)
-/// or to skip (the watchdog, which will come back).
+/// Sends an extension round (a caller's explicit extend), after any round
+/// under way, unless the lease is already gone.
 pub(crate) fn begin_extend<'a>(
     shared: &Shared,
     lease: &'a Lease,
     ttl: Duration,
-    wait: bool,
+) -> Result<PendingExtend<'a>, Error> {
+    send_extend(shared, lease, ttl, lease.extending.lock())
+}
+
+/// Sends an extension round unless one is under way (the watchdog, which
+/// comes back later) or the lease is already gone.
+pub(crate) fn try_begin_extend<'a>(
+    shared: &Shared,
+    lease: &'a Lease,
+    ttl: Duration,
 ) -> Result<Option<PendingExtend<'a>>, Error> {
-    let serial = if wait {
-        lease.extending.lock()
-    } else {
-        match lease.extending.try_lock() {
-            Some(serial) => serial,
-            None => return Ok(None),
-        }
-    };
+    match lease.extending.try_lock() {
+        Some(serial) => send_extend(shared, lease, ttl, serial).map(Some),
+        None => Ok(None),
+    }
+}
+
+fn send_extend<'a>(
+    shared: &Shared,
+    lease: &'a Lease,
+    ttl: Duration,
+    serial: MutexGuard<'a, ()>,
+) -> Result<PendingExtend<'a>, Error> {
     let start = Instant::now();
     let pack = |target: &Target| (scripts::extend(target, &lease.value, ttl), 1);
     let mut st = lease.state.lock();
@@ -327,13 +388,13 @@ pub(crate) fn begin_extend<'a>(
         .instances
         .round(&out, start + shared.cfg.instance_timeout, yes_no);
     drop(st);
-    Ok(Some(PendingExtend {
+    Ok(PendingExtend {
         lease,
         _serial: serial,
         start,
         ttl,
         round,
-    }))
+    })
 }
 
 impl PendingExtend<'_> {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use crate::lock::lease::{begin_extend, Lease};
+use crate::lock::lease::{try_begin_extend, Lease, Renewal};
 use crate::lock::shared::Shared;
 use crate::LossReason;
 
@@ -126,36 +126,31 @@ impl Runner {
     /// watchdog extends it, else the end of its validity (to signal loss).
     fn schedule_next(&mut self, weak: Weak<Lease>) {
         let Some(lease) = weak.upgrade() else { return };
-        let mut st = lease.state();
-        if st.released || st.lost.is_some() {
-            return;
-        }
-        let may_extend = self.may_extend(&lease, st.extensions);
+        let Some(r) = lease.renewal() else { return };
+        let may_extend = self.may_extend(&lease, r.extensions);
         if lease.auto_extend && !may_extend {
-            st.expiry_reason = LossReason::ExtensionLimit;
+            lease.stop_extending();
         }
         let at = if lease.auto_extend && may_extend {
-            if st.failed_rounds > 0 {
-                Instant::now() + self.retry_interval(st.ttl)
-            } else {
-                // Renew once a third of the believed TTL has passed since
-                // the last grant or extension: of what the validity rests
-                // on, not of what the last round asked for, or a round
-                // believed for less than it asked would be due at once,
-                // forever.
-                let believed = lease.believed(&st, st.ttl);
-                let validity = believed.saturating_sub(self.shared.cfg.drift(believed));
-                let renewed = st
-                    .valid_until
-                    .checked_sub(validity)
-                    .unwrap_or(st.valid_until);
-                (renewed + believed / 3).min(st.valid_until)
-            }
+            self.renewal_time(&r)
         } else {
-            st.valid_until
+            r.valid_until
         };
-        drop(st);
         self.schedule(at, weak);
+    }
+
+    /// When to send a lease's next extension round.
+    fn renewal_time(&self, r: &Renewal) -> Instant {
+        if r.failed_rounds > 0 {
+            return Instant::now() + self.retry_interval(r.ttl);
+        }
+        // Renew once a third of the believed TTL has passed since the last
+        // grant or extension: of what the validity rests on, not of what
+        // the last round asked for, or a round believed for less than it
+        // asked would be due at once, forever.
+        let validity = r.believed.saturating_sub(self.shared.cfg.drift(r.believed));
+        let renewed = r.valid_until.checked_sub(validity).unwrap_or(r.valid_until);
+        (renewed + r.believed / 3).min(r.valid_until)
     }
 
     fn may_extend(&self, lease: &Lease, extensions: u32) -> bool {
@@ -186,20 +181,20 @@ impl Runner {
         let shared = Arc::clone(&self.shared);
         let mut pending = Vec::new();
         for lease in &due {
-            let (ttl, extensions) = {
-                let st = lease.state();
-                (st.ttl, st.extensions)
-            };
-            let capped = lease.auto_extend && !self.may_extend(lease, extensions);
+            let capped = lease.auto_extend
+                && lease
+                    .renewal()
+                    .is_some_and(|r| !self.may_extend(lease, r.extensions));
             if capped {
-                lease.state().expiry_reason = LossReason::ExtensionLimit;
+                lease.stop_extending();
             }
             // Marks the lease lost if its validity is over.
-            if lease.loss().is_some() || !lease.auto_extend || capped {
+            if lease.refresh_loss().is_some() || !lease.auto_extend || capped {
                 continue;
             }
+            let Some(r) = lease.renewal() else { continue };
             // An explicit extend in progress makes this round unnecessary.
-            if let Ok(Some(p)) = begin_extend(&shared, lease, ttl, false) {
+            if let Ok(Some(p)) = try_begin_extend(&shared, lease, r.ttl) {
                 pending.push((lease, p));
             }
         }
@@ -215,17 +210,15 @@ impl Runner {
 
     /// Gives up on a lease once its retries are spent or the next retry
     /// could not finish within its validity.
+    /// Decided on one reading of the lease: a manual `extend()` that
+    /// succeeds meanwhile resets its failed rounds and its validity.
     fn after_failure(&self, lease: &Lease) {
-        let st = lease.state();
-        if st.lost.is_some() {
-            return;
-        }
-        let out_of_retries = st.failed_rounds > self.shared.cfg.extend_retries;
-        let next_retry_end =
-            Instant::now() + self.retry_interval(st.ttl) + self.shared.cfg.instance_timeout;
-        drop(st);
-        if out_of_retries || next_retry_end >= lease.state().valid_until {
-            lease.mark_lost(LossReason::ExtensionFailed);
-        }
+        let cfg = &self.shared.cfg;
+        let now = Instant::now();
+        lease.mark_lost_if(LossReason::ExtensionFailed, |r| {
+            let out_of_retries = r.failed_rounds > cfg.extend_retries;
+            let next_retry_end = now + self.retry_interval(r.ttl) + cfg.instance_timeout;
+            out_of_retries || next_retry_end >= r.valid_until
+        });
     }
 }
