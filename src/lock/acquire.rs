@@ -34,8 +34,8 @@ use crate::protocol::scripts;
 use crate::protocol::split::Combine;
 use crate::telemetry;
 use crate::transport::outgoing::Outgoing;
-use crate::transport::quorum::{all_yes, error_reply, unexpected, Vote};
-use crate::{Error, FencingToken};
+use crate::transport::quorum::{all_yes, error_reply, unexpected, Tally, Vote};
+use crate::{Error, FencingToken, InstanceError};
 
 /// A granted lock, before it becomes a guard.
 pub(crate) struct Grant {
@@ -58,141 +58,190 @@ impl From<Error> for Failure {
     }
 }
 
+/// One attempt to acquire `target`: a vote of every instance, the choice
+/// of each member's token, a raise round where the answers disagree, and
+/// the validity check; anything short of a grant is undone.
 pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result<Grant, Failure> {
-    let cfg = &shared.cfg;
-    let instances = &shared.instances;
-    let value = crate::protocol::value::lock_value(&cfg.identity);
-    let proposal = instances.clock_proposal();
-    let start = Instant::now();
-    let deadline = start + cfg.instance_timeout;
-    let pack = |t: &Target| {
-        (
-            scripts::acquire(t, &value, ttl, cfg.fence_idle, proposal),
-            1,
-        )
-    };
-    let combine = |subs: &[Target]| Combine::Acquire {
-        undo: subs
-            .iter()
-            .map(|sub| scripts::release(sub, &value, ttl))
-            .collect(),
-        undo_deadline: start + ttl,
-    };
-    let out = Outgoing::about(target, pack(target), &pack).combined(&combine);
-    let tally = instances
-        .round(&out, deadline, classify_acquire)
-        .wait(deadline);
+    let attempt = Attempt::new(shared, target, ttl);
+    let tally = attempt.vote();
+    if !attempt.quorum.reached(tally.yes.len()) {
+        attempt.release(|i| tally.refused(i));
+        return Err(attempt.refusal(tally));
+    }
+    let (tokens, agreed) = attempt.tokens(&tally)?;
+    if !agreed {
+        attempt.raise(&tokens)?;
+    }
+    attempt.grant(tokens)
+}
 
-    // Sent to every instance that did not refuse, answered or not: a grant
-    // whose reply was lost must not linger. Useless once the lease would
-    // have expired anyway.
-    let release_all = |refused: &dyn Fn(usize) -> bool| {
-        let pack = |t: &Target| (scripts::release(t, &value, ttl), 1);
-        let out = Outgoing::about(target, pack(target), &pack);
-        instances.deliver(&out, start + ttl, None, |i| !refused(i));
-    };
-    let quorum = instances.quorum();
-    let unavailable =
-        |granted: usize, errors| Error::unavailable(&target.name, quorum.size(), granted, errors);
+/// What the steps of one attempt share.
+struct Attempt<'a> {
+    shared: &'a Shared,
+    target: &'a Target,
+    ttl: Duration,
+    /// This attempt's lock value: the secret, then the identity.
+    value: String,
+    quorum: Quorum,
+    start: Instant,
+}
 
-    if !quorum.reached(tally.yes.len()) {
-        release_all(&|i| tally.refused(i));
+/// Each instance's vote on an acquire: its tokens, or the holder it named.
+type AcquireTally = Tally<Vec<u64>, Option<String>>;
+
+impl<'a> Attempt<'a> {
+    fn new(shared: &'a Shared, target: &'a Target, ttl: Duration) -> Self {
+        Attempt {
+            shared,
+            target,
+            ttl,
+            value: crate::protocol::value::lock_value(&shared.cfg.identity),
+            quorum: shared.instances.quorum(),
+            start: Instant::now(),
+        }
+    }
+
+    /// Sends the acquire to every instance and counts the votes until the
+    /// outcome is decided (one instance timeout at most).
+    fn vote(&self) -> AcquireTally {
+        let (cfg, value, ttl) = (&self.shared.cfg, &self.value, self.ttl);
+        let proposal = self.shared.instances.clock_proposal();
+        let pack = |t: &Target| (scripts::acquire(t, value, ttl, cfg.fence_idle, proposal), 1);
+        let combine = |subs: &[Target]| Combine::Acquire {
+            undo: subs
+                .iter()
+                .map(|sub| scripts::release(sub, value, ttl))
+                .collect(),
+            undo_deadline: self.start + ttl,
+        };
+        let out = Outgoing::about(self.target, pack(self.target), &pack).combined(&combine);
+        let deadline = self.start + cfg.instance_timeout;
+        self.shared
+            .instances
+            .round(&out, deadline, classify_acquire)
+            .wait(deadline)
+    }
+
+    /// Undoes the attempt on every instance but those `refused` says did
+    /// not apply it, answered or not: a grant whose reply was lost must not
+    /// linger. Useless once the lease would have expired anyway.
+    fn release(&self, refused: impl Fn(usize) -> bool) {
+        let pack = |t: &Target| (scripts::release(t, &self.value, self.ttl), 1);
+        let out = Outgoing::about(self.target, pack(self.target), &pack);
+        let until = self.start + self.ttl;
+        self.shared
+            .instances
+            .deliver(&out, until, None, |i| !refused(i));
+    }
+
+    /// Why a vote without a quorum failed: a key of another type, too many
+    /// instances failing, or the lock held by someone else.
+    fn refusal(&self, tally: AcquireTally) -> Failure {
         let granted = tally.yes.len();
+        let resource = self.target.name.clone();
         let error = if tally.has_wrong_type() {
             Error::WrongType {
-                resource: target.name.clone(),
+                resource,
                 errors: tally.failed,
             }
-        } else if quorum.ruled_out(tally.failed.len()) {
-            unavailable(granted, tally.failed)
+        } else if self.quorum.ruled_out(tally.failed.len()) {
+            Error::unavailable(resource, self.quorum.size(), granted, tally.failed)
         } else {
             let answered = tally.yes.len() + tally.no.len() + tally.failed.len();
             let named = tally.no.iter().filter_map(|(_, h)| h.as_deref());
             Error::Contended {
-                resource: target.name.clone(),
+                resource,
                 attempts: 1,
                 holder: crate::protocol::value::agreed(named, answered),
             }
         };
-        return Err(Failure { error, granted });
+        Failure { error, granted }
     }
 
-    let mut tokens = Vec::with_capacity(target.members.len());
-    let mut disagree = false;
-    for m in 0..target.members.len() {
-        let answers: Vec<u64> = tally
-            .yes
-            .iter()
-            .filter_map(|(_, c)| c.get(m).copied())
-            .collect();
-        let Some((token, held)) = choose_token(answers, quorum) else {
-            release_all(&|_| false);
-            return Err(Failure::from(unavailable(0, Vec::new())));
-        };
-        disagree |= !held;
-        tokens.push(FencingToken::new(token));
+    /// Each member's token from the granting answers ([`choose_token`]),
+    /// and whether a quorum already holds every one of them.
+    fn tokens(&self, tally: &AcquireTally) -> Result<(Vec<FencingToken>, bool), Failure> {
+        let mut tokens = Vec::with_capacity(self.target.members.len());
+        let mut agreed = true;
+        for m in 0..self.target.members.len() {
+            let answers: Vec<u64> = tally
+                .yes
+                .iter()
+                .filter_map(|(_, c)| c.get(m).copied())
+                .collect();
+            let Some((token, held)) = choose_token(answers, self.quorum) else {
+                return Err(self.fail(0, Vec::new()));
+            };
+            agreed &= held;
+            tokens.push(FencingToken::new(token));
+        }
+        Ok((tokens, agreed))
     }
-    if disagree {
-        // Fewer than a quorum answered at least the token: make a quorum
-        // hold at least each token before handing it out, so the next
-        // grant's quorum, which overlaps this one, counts above it. Every
-        // member of a set goes in the round, not only those that disagree:
-        // an instance counts only if it still holds the whole set, or the
-        // round could stand on instances that lost a member since the vote.
-        let lagging: Vec<(&Keys, u64)> = target
-            .members
-            .iter()
-            .zip(&tokens)
-            .map(|(member, token)| (&member.keys, token.get()))
-            .collect();
-        let part = |sub: &Target| {
-            let lagging: Vec<(&Keys, u64)> = sub
+
+    /// Fewer than a quorum answered at least some token: makes a quorum
+    /// hold at least each token before handing it out, so the next grant's
+    /// quorum, which overlaps this one, counts above it. Every member of a
+    /// set goes in the round, not only those that disagree: an instance
+    /// counts only if it still holds the whole set, or the round could
+    /// stand on instances that lost a member since the vote.
+    fn raise(&self, tokens: &[FencingToken]) -> Result<(), Failure> {
+        let (target, value, idle) = (self.target, &self.value, self.shared.cfg.fence_idle);
+        let token_of = |resource: &str| {
+            let i = target.members.iter().position(|t| t.resource == resource)?;
+            tokens.get(i).map(|t| t.get())
+        };
+        let pack = |t: &Target| {
+            let lagging: Vec<(&Keys, u64)> = t
                 .members
                 .iter()
-                .filter_map(|m| {
-                    let i = target
-                        .members
-                        .iter()
-                        .position(|t| t.resource == m.resource)?;
-                    Some((&m.keys, tokens.get(i)?.get()))
-                })
+                .filter_map(|m| Some((&m.keys, token_of(&m.resource)?)))
                 .collect();
-            (
-                scripts::raise(&lagging, &value, cfg.fence_idle),
-                lagging.len(),
-            )
+            (scripts::raise(&lagging, value, idle), lagging.len())
         };
-        let whole = (
-            scripts::raise(&lagging, &value, cfg.fence_idle),
-            lagging.len(),
-        );
-        let out = Outgoing::about(target, whole, &part);
-        let deadline = shared.round_deadline();
-        let raised = instances.round(&out, deadline, all_yes).wait(deadline);
-        telemetry::fence_raise_round(quorum.reached(raised.yes.len()), lagging.len());
-        if !quorum.reached(raised.yes.len()) {
-            release_all(&|_| false);
-            return Err(Failure::from(unavailable(raised.yes.len(), raised.failed)));
+        let out = Outgoing::about(target, pack(target), &pack);
+        let deadline = self.shared.round_deadline();
+        let raised = self
+            .shared
+            .instances
+            .round(&out, deadline, all_yes)
+            .wait(deadline);
+        let held = self.quorum.reached(raised.yes.len());
+        telemetry::fence_raise_round(held, target.members.len());
+        if !held {
+            return Err(self.fail(raised.yes.len(), raised.failed));
+        }
+        Ok(())
+    }
+
+    /// The grant, if its validity (the TTL less the drift, from the start
+    /// of the attempt) has not run out meanwhile.
+    fn grant(self, tokens: Vec<FencingToken>) -> Result<Grant, Failure> {
+        let ttl = self.ttl;
+        let valid_until = ttl
+            .checked_sub(self.shared.cfg.drift(ttl))
+            .and_then(|validity| self.start.checked_add(validity));
+        match valid_until {
+            Some(valid_until) if Instant::now() < valid_until => Ok(Grant {
+                value: self.value,
+                tokens,
+                valid_until,
+            }),
+            _ => {
+                self.release(|_| false);
+                Err(Failure::from(Error::NoValidity {
+                    resource: self.target.name.clone(),
+                    elapsed: self.start.elapsed(),
+                    ttl,
+                }))
+            }
         }
     }
 
-    let valid_until = ttl
-        .checked_sub(cfg.drift(ttl))
-        .and_then(|validity| start.checked_add(validity));
-    match valid_until {
-        Some(valid_until) if Instant::now() < valid_until => Ok(Grant {
-            value,
-            tokens,
-            valid_until,
-        }),
-        _ => {
-            release_all(&|_| false);
-            Err(Failure::from(Error::NoValidity {
-                resource: target.name.clone(),
-                elapsed: start.elapsed(),
-                ttl,
-            }))
-        }
+    /// Undoes the attempt everywhere and reports too few instances.
+    fn fail(&self, granted: usize, errors: Vec<InstanceError>) -> Failure {
+        self.release(|_| false);
+        let error = Error::unavailable(&self.target.name, self.quorum.size(), granted, errors);
+        Failure::from(error)
     }
 }
 
