@@ -9,13 +9,13 @@ use crate::error::{InstanceError, NO_ANSWER};
 use crate::guard::{KeepAlive, LockGuard, MultiGuard};
 use crate::lock::acquire;
 use crate::lock::lease::Lease;
-use crate::lock::retry;
+use crate::lock::retry::Waiting;
 use crate::lock::shared::Shared;
 use crate::lock::watchdog::Watchdog;
 use crate::protocol::keys::Target;
 use crate::telemetry;
 use crate::transport::instance::{Request, Sink};
-use crate::transport::notify::{Notifier, Watch};
+use crate::transport::notify::Notifier;
 use crate::{Error, LockOptions};
 
 /// A Redlock client over N independent Redis masters.
@@ -46,10 +46,6 @@ struct Inner {
     notifier: Notifier,
     shared: Arc<Shared>,
 }
-
-/// Longest wait for a release notification before trying again anyway
-/// (in case a notification was missed, e.g. a subscriber reconnecting).
-const MAX_NOTIFY_WAIT: Duration = Duration::from_millis(250);
 
 /// Longest time a ping waits past its deadline for the workers' answers.
 const PING_GRACE: Duration = Duration::from_millis(50);
@@ -188,34 +184,19 @@ impl Redlock {
         let shared = self.shared();
         shared.cfg.validate(&options)?;
         shared.warmup.wait();
-        let channels: Vec<&str> = target
+        let channels = target
             .members
             .iter()
             .map(|m| m.keys.channel.as_str())
             .collect();
         let deadline = Instant::now() + options.get_wait();
-        // Acquisition plus a fence raise round, each bounded by the timeout.
-        let latest_start = deadline.checked_sub(shared.cfg.instance_timeout * 2);
-        let mut watch: Option<Watch<'_>> = None;
-        // The last wait ended with a release announced for this call.
-        let mut woken = false;
-        if options.get_wait() > Duration::ZERO && self.inner.notifier.has_waiters(&channels) {
-            // Calls of this client already wait for this lock: queue behind
-            // them rather than barge in and split the vote with the one
-            // that the next release wakes.
-            let queued = self.inner.notifier.watch(&channels);
-            let until =
-                latest_start.map_or(Instant::now(), |t| t.min(Instant::now() + MAX_NOTIFY_WAIT));
-            woken = queued.wait_released(until);
-            watch = Some(queued);
+        let mut waiting = Waiting::new(shared, &self.inner.notifier, channels, deadline);
+        if options.get_wait() > Duration::ZERO {
+            waiting.queue_behind_others();
         }
         loop {
             *attempts += 1;
-            if let Some(watch) = &watch {
-                // A release announced since the last wait: this attempt
-                // sees it, and passes it on below if it cannot use it.
-                woken |= watch.clear();
-            }
+            waiting.before_attempt();
             let attempt_start = Instant::now();
             let result = acquire::attempt(shared, &target, options.get_ttl());
             telemetry::attempt_finished(
@@ -226,71 +207,16 @@ impl Redlock {
                     .map(|grant| grant.tokens.as_slice())
                     .map_err(|failure| (&failure.error, failure.granted)),
             );
-            let failure = match result {
+            match result {
                 Ok(grant) => {
-                    if let Some(watch) = &watch {
-                        // Late copies of the release that woke us (one per
-                        // instance) must not be passed on as a new release.
-                        let _ = watch.clear();
-                    }
-                    drop(watch);
+                    waiting.granted();
                     let lease = Arc::new(Lease::new(target, grant, &options));
                     self.inner.watchdog.watch(&lease);
                     return Ok(lease);
                 }
-                Err(failure) => failure,
-            };
-            let error = match failure.error {
-                Error::Contended {
-                    resource, holder, ..
-                } => Error::Contended {
-                    resource,
-                    attempts: *attempts,
-                    holder,
-                },
-                other => other,
-            };
-            let now = Instant::now();
-            let latest_start = match latest_start {
-                Some(t) if error.is_retryable() && now < t => t,
-                _ => return Err(error),
-            };
-            let contended = matches!(error, Error::Contended { .. });
-            match &watch {
-                None if contended => {
-                    // Subscribe, then try again at once: a release that came
-                    // before the subscription would otherwise go unseen.
-                    let subscribed = self.inner.notifier.watch(&channels);
-                    let until = (now + shared.cfg.instance_timeout).min(latest_start);
-                    subscribed.wait_subscribed(shared.instances.quorum().size(), until);
-                    watch = Some(subscribed);
-                    woken = false;
-                }
-                Some(watch) if contended && failure.granted == 0 => {
-                    if woken && channels.len() > 1 {
-                        // Woken for one member, refused for another: the
-                        // released one may be free for the next in line.
-                        watch.pass_on();
-                    }
-                    // A holder that dies without releasing is not announced:
-                    // try again now and then, in case its lease ran out.
-                    woken = watch.wait_released((now + MAX_NOTIFY_WAIT).min(latest_start));
-                }
-                _ => {
-                    // A random pause keeps competing clients from colliding
-                    // again. After a split vote the lock is free, so a window
-                    // of a few attempt durations spreads the contenders out;
-                    // unavailable instances get the full retry delay.
-                    let window = if contended {
-                        (attempt_start.elapsed() * 4)
-                            .max(Duration::from_millis(1))
-                            .min(shared.cfg.retry_delay)
-                    } else {
-                        shared.cfg.retry_delay
-                    };
-                    let pause = retry::pause(window);
-                    std::thread::sleep(pause.min(latest_start - now));
-                    woken = false;
+                Err(failure) => {
+                    let error = failure.error.with_attempts(*attempts);
+                    waiting.before_retry(error, failure.granted, attempt_start)?;
                 }
             }
         }

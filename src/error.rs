@@ -115,6 +115,21 @@ impl Error {
         }
     }
 
+    /// This error, with the attempts of the call counted in, if it says
+    /// how many there were.
+    pub(crate) fn with_attempts(self, attempts: u32) -> Self {
+        match self {
+            Error::Contended {
+                resource, holder, ..
+            } => Error::Contended {
+                resource,
+                attempts,
+                holder,
+            },
+            other => other,
+        }
+    }
+
     pub(crate) fn invalid_options(reason: impl Into<String>) -> Self {
         Error::InvalidOptions {
             reason: reason.into(),

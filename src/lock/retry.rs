@@ -1,6 +1,139 @@
-//! Pauses between attempts.
+//! What a lock call does between attempts: wait for a release announced
+//! on the resource's channels, or pause a random while.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use crate::lock::shared::Shared;
+use crate::transport::notify::{Notifier, Watch};
+use crate::Error;
+
+/// Longest wait for a release notification before trying again anyway: a
+/// holder that dies without releasing is not announced, and a notification
+/// may be missed (a subscriber reconnecting).
+const MAX_NOTIFY_WAIT: Duration = Duration::from_millis(250);
+
+/// A lock call's waiting between attempts, on the release channels of its
+/// resources.
+pub(crate) struct Waiting<'a> {
+    shared: &'a Shared,
+    notifier: &'a Notifier,
+    channels: Vec<&'a str>,
+    /// Listening for releases, once the lock was found held.
+    watch: Option<Watch<'a>>,
+    /// The last wait ended with a release announced for this call.
+    woken: bool,
+    /// No attempt may start later than this (`None`: no time for any
+    /// retry): an attempt and a raise round must fit before the deadline.
+    latest_start: Option<Instant>,
+}
+
+impl<'a> Waiting<'a> {
+    pub fn new(
+        shared: &'a Shared,
+        notifier: &'a Notifier,
+        channels: Vec<&'a str>,
+        deadline: Instant,
+    ) -> Self {
+        Waiting {
+            shared,
+            notifier,
+            channels,
+            watch: None,
+            woken: false,
+            latest_start: deadline.checked_sub(shared.cfg.instance_timeout * 2),
+        }
+    }
+
+    /// When calls of this client already wait for this lock, queues
+    /// behind them rather than barge in and split the vote with the one
+    /// that the next release wakes.
+    pub fn queue_behind_others(&mut self) {
+        if !self.notifier.has_waiters(&self.channels) {
+            return;
+        }
+        let queued = self.notifier.watch(&self.channels);
+        let until = self
+            .latest_start
+            .map_or(Instant::now(), |t| t.min(Instant::now() + MAX_NOTIFY_WAIT));
+        self.woken = queued.wait_released(until);
+        self.watch = Some(queued);
+    }
+
+    /// Before an attempt: a release announced since the last wait is seen
+    /// by this attempt, and passed on after it if it cannot use it.
+    pub fn before_attempt(&mut self) {
+        if let Some(watch) = &self.watch {
+            self.woken |= watch.clear();
+        }
+    }
+
+    /// After a grant: late copies of the release that woke us (one per
+    /// instance) must not be passed on as a new release.
+    pub fn granted(self) {
+        if let Some(watch) = &self.watch {
+            let _ = watch.clear();
+        }
+    }
+
+    /// After a failed attempt that started at `attempt_start` and that
+    /// `granted` instances granted: `Err` when the call must give up with
+    /// `error`, else waits for a release or pauses, until the next attempt.
+    pub fn before_retry(
+        &mut self,
+        error: Error,
+        granted: usize,
+        attempt_start: Instant,
+    ) -> Result<(), Error> {
+        let now = Instant::now();
+        let latest_start = match self.latest_start {
+            Some(t) if error.is_retryable() && now < t => t,
+            _ => return Err(error),
+        };
+        let contended = matches!(error, Error::Contended { .. });
+        match &self.watch {
+            None if contended => {
+                // Subscribe, then try again at once: a release that came
+                // before the subscription would otherwise go unseen.
+                let subscribed = self.notifier.watch(&self.channels);
+                let until = (now + self.shared.cfg.instance_timeout).min(latest_start);
+                subscribed.wait_subscribed(self.shared.instances.quorum().size(), until);
+                self.watch = Some(subscribed);
+                self.woken = false;
+            }
+            Some(watch) if contended && granted == 0 => {
+                if self.woken && self.channels.len() > 1 {
+                    // Woken for one member, refused for another: the
+                    // released one may be free for the next in line.
+                    watch.pass_on();
+                }
+                // A holder that dies without releasing is not announced:
+                // try again now and then, in case its lease ran out.
+                self.woken = watch.wait_released((now + MAX_NOTIFY_WAIT).min(latest_start));
+            }
+            _ => {
+                let window = self.pause_window(contended, attempt_start);
+                std::thread::sleep(pause(window).min(latest_start - now));
+                self.woken = false;
+            }
+        }
+        Ok(())
+    }
+
+    /// A random pause keeps competing clients from colliding again. After
+    /// a split vote the lock is free, so a window of a few attempt
+    /// durations spreads the contenders out; unavailable instances get the
+    /// full retry delay.
+    fn pause_window(&self, contended: bool, attempt_start: Instant) -> Duration {
+        let retry_delay = self.shared.cfg.retry_delay;
+        if contended {
+            (attempt_start.elapsed() * 4)
+                .max(Duration::from_millis(1))
+                .min(retry_delay)
+        } else {
+            retry_delay
+        }
+    }
+}
 
 /// A random pause in `[0, max)`. Randomness keeps competing clients from
 /// voting in lockstep and splitting the instances between them again and
