@@ -14,13 +14,12 @@
 //! fails on the code it was written against: see its doc.
 
 mod common;
-#[path = "common/faults.rs"]
-mod faults_common;
 
 use std::time::{Duration, Instant};
 
+use common::faults::Proxied;
+use common::fence_key;
 use common::{builder, eventually, holders, lock_key, subscribers};
-use faults_common::{fence_key, Proxied};
 use redfence::testing::{Fault, RedisServer, RedisServers};
 use redfence::{Error, LockOptions, LossReason, Redlock};
 

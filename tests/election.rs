@@ -4,14 +4,12 @@
 //! off from a majority.
 
 mod common;
-#[path = "common/faults.rs"]
-mod faults_common;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::faults::Proxied;
 use common::{eventually, subscribers};
-use faults_common::Proxied;
 use redfence::crossbeam_channel::{self, RecvTimeoutError};
 use redfence::testing::{Fault, RedisServer, RedisServers};
 use redfence::{Error, LeaderEvent, Redlock};
@@ -350,7 +348,8 @@ fn a_leader_elected_again_is_never_reported_with_its_earlier_term() {
         .expect("a quorum holds the new grant");
     assert_eq!(info.identity.as_deref(), Some("sched"));
     assert_eq!(
-        info.term, None,
+        info.term,
+        None,
         "the earlier term {} reported for the grant with token {}",
         first.term(),
         again.token()

@@ -5,6 +5,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::tokens::token_of;
 use common::{builder, client, eventually, fence_key, lock_key};
 use redfence::testing::RedisServers;
 use redfence::LockOptions;
@@ -21,13 +22,6 @@ fn now_micros() -> u64 {
 /// of `lua/acquire.lua` plays no part: grants count up from them.
 fn ahead(step: u64) -> u64 {
     now_micros() + 1_000_000_000_000 * step
-}
-
-fn token_of(locks: &redfence::Redlock, resource: &str) -> u64 {
-    let guard = locks.lock(resource).expect("lock");
-    let token = guard.token().get();
-    guard.release().expect("release");
-    token
 }
 
 #[test]

@@ -9,31 +9,18 @@
 //! servers, and checks the guarantee a user relies on.
 
 mod common;
-#[path = "common/faults.rs"]
-mod faults_common;
 
 use std::time::Duration;
 
-use common::eventually;
-use faults_common::{fence_key, lock_key, lock_values, Proxied};
+use common::faults::{lock_values, Proxied};
+use common::tokens::{counter, server_micros};
+use common::{eventually, fence_key, lock_key, warm};
 use redfence::testing::{Fault, FencedStore, RedisServer};
 use redfence::{Error, LockOptions, Redlock, RedlockBuilder};
 
 /// How long a held request stays held: far longer than any instance
 /// timeout here, short enough for a test.
 const HELD: Duration = Duration::from_secs(3);
-
-/// Waits until every connection the client may use is open, so that the
-/// requests of the next call go out on connections that exist now.
-fn warm(locks: &Redlock) {
-    assert!(
-        eventually(Duration::from_secs(5), || locks
-            .ping()
-            .iter()
-            .all(|(_, r)| r.is_ok())),
-        "the instances answer"
-    );
-}
 
 fn build(builder: RedlockBuilder) -> Redlock {
     let locks = builder.build().expect("client builds");
@@ -52,12 +39,6 @@ fn wait_landed(net: &Proxied) {
     for server in net.cluster.iter() {
         server.cmd(&["PING"]).expect("the server answers");
     }
-}
-
-fn counter(server: &RedisServer, resource: &str) -> Option<u64> {
-    server
-        .get(&fence_key(resource))
-        .map(|c| c.parse().expect("a counter"))
 }
 
 /// The review's first finding, played out: a late acquire must not
@@ -423,12 +404,6 @@ fn acquire_script(
         .arg(proposal)
         .invoke(conn)
         .unwrap()
-}
-
-fn server_micros(server: &RedisServer) -> u64 {
-    let mut conn = server.connection();
-    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
-    secs * 1_000_000 + micros
 }
 
 /// The client's proposal only makes instances agree: one far ahead of an

@@ -336,9 +336,7 @@ impl Model for TermModel {
                         _ => true,
                     })
             }),
-            Property::<Self>::always(OBSERVED, |m, s| {
-                observed_right(s, m.observe(s, m.observer))
-            }),
+            Property::<Self>::always(OBSERVED, |m, s| observed_right(s, m.observe(s, m.observer))),
             Property::<Self>::sometimes(
                 "a term write lands after its leader lost the lock",
                 |_, s| {

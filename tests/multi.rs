@@ -7,18 +7,16 @@
 //! `REDFENCE_MULTI_CHILD`.
 
 mod common;
-#[path = "common/faults.rs"]
-mod faults_common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{builder, client, eventually, lock_key};
-use faults_common::{
+use common::faults::{
     read_stdin_line, report, report_field, store_connection, urls_from_env, ChildTest,
 };
+use common::{builder, client, eventually, lock_key};
 use redfence::testing::{RedisServer, RedisServers};
 use redfence::{Error, LockOptions, LossReason, MultiGuard, Redlock, MAX_RESOURCES};
 

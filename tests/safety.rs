@@ -8,16 +8,14 @@
 //! rewritten.
 
 mod common;
-#[path = "common/faults.rs"]
-mod faults_common;
-#[cfg(target_os = "linux")]
-#[path = "common/pause.rs"]
-mod pause;
 
 use std::time::{Duration, Instant};
 
+use common::faults::{read_stdin_line, report, report_field, ChildTest, Proxied};
+use common::fence_key;
+#[cfg(target_os = "linux")]
+use common::pause;
 use common::{builder, client, eventually, holders, lock_key};
-use faults_common::{fence_key, read_stdin_line, report, report_field, ChildTest, Proxied};
 use redfence::testing::{Fault, RedisServers};
 use redfence::{Error, LockOptions, LossReason, Redlock};
 

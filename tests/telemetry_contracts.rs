@@ -15,14 +15,12 @@
 #![cfg(feature = "metrics")]
 
 mod common;
-#[path = "common/faults.rs"]
-mod faults_common;
 
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
+use common::faults::Proxied;
 use common::{builder, eventually, holders, lock_key};
-use faults_common::Proxied;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use redfence::testing::{Fault, RedisServers};
 use redfence::{Error, LockOptions, LossReason, Redlock};

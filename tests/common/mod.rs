@@ -1,5 +1,15 @@
-//! Helpers shared by the integration tests.
+//! Helpers shared by the integration tests: clients over the harness's
+//! servers, the names of redfence's keys, what the servers hold, and
+//! polling with a deadline. One submodule per further concern: the fault
+//! proxy and child processes (`faults`), pausing one thread (`pause`), and
+//! fencing tokens and counters (`tokens`). Each test binary uses part of
+//! them.
 #![allow(dead_code)]
+
+pub mod faults;
+#[cfg(target_os = "linux")]
+pub mod pause;
+pub mod tokens;
 
 use std::time::{Duration, Instant};
 
@@ -30,10 +40,25 @@ pub fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// Waits until every instance answers through the client's own workers,
+/// so the first lock call of a test meets open connections.
+pub fn warm(locks: &Redlock) {
+    assert!(
+        eventually(Duration::from_secs(10), || locks
+            .ping()
+            .iter()
+            .all(|(_, r)| r.is_ok())),
+        "the client never reached every instance: {:?}",
+        locks.ping()
+    );
+}
+
+/// The resource's lock key (default prefix).
 pub fn lock_key(resource: &str) -> String {
     format!("redfence:lock:{{{resource}}}")
 }
 
+/// The resource's fencing counter key (default prefix).
 pub fn fence_key(resource: &str) -> String {
     format!("redfence:fence:{{{resource}}}")
 }
