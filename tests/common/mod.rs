@@ -6,6 +6,7 @@
 //! them.
 #![allow(dead_code)]
 
+pub mod cli;
 pub mod faults;
 #[cfg(target_os = "linux")]
 pub mod pause;
