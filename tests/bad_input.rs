@@ -1,4 +1,7 @@
-//! Bad input gets a clear error: never a panic, never a hang.
+//! Bad input gets a clear error: never a panic, never a hang. Configuration
+//! mistakes (key prefixes with braces among them), bad URLs and resource
+//! names, foreign keys, refused and reset connections; credentials and lock
+//! values never shown.
 
 mod common;
 
@@ -432,7 +435,7 @@ fn a_guard_shows_its_token_but_never_its_lock_value() {
 /// `build()` refuses such a prefix with `Error::InvalidConfig` whose reason
 /// names the prefix; a prefix without braces is accepted.
 ///
-/// Bug seen to fail it: the prefix check left out of `build()`.
+/// Catches: the prefix check left out of `build()`.
 #[test]
 fn a_key_prefix_with_a_brace_is_refused_by_the_builder() {
     let cluster = RedisServers::start(1);

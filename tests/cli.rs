@@ -938,7 +938,7 @@ fn hold_at_least_is_read_from_the_environment() {
 /// waiting out its budget (it is not a conflict: retrying cannot help);
 /// so does a `--prefix` with a brace.
 ///
-/// Bugs seen to fail it: `WrongType` mapped to 69 (unavailable) or to the
+/// Catches: `WrongType` mapped to 69 (unavailable) or to the
 /// conflict code.
 #[test]
 fn a_foreign_value_on_redfences_keys_or_a_bad_prefix_exits_78() {
@@ -1008,7 +1008,7 @@ fn a_foreign_value_on_redfences_keys_or_a_bad_prefix_exits_78() {
 /// The lease is lost for real: three of five instances are frozen
 /// (SIGSTOP), so the renewals fail.
 ///
-/// Bug seen to fail it: no SIGKILL to the group when the command itself
+/// Catches: no SIGKILL to the group when the command itself
 /// ended within `--kill-after`.
 #[test]
 fn a_lost_lease_kills_what_the_command_left_running_in_its_group() {
@@ -1058,7 +1058,7 @@ fn a_lost_lease_kills_what_the_command_left_running_in_its_group() {
 
 /// The command runs in its own process group and signals sent to `run` go
 /// to that group: a background process of the command gets them too.
-/// (Mutant: the group flag inverted, signals sent to the command alone.)
+/// (Catches: the group flag inverted, signals sent to the command alone.)
 #[test]
 fn a_forwarded_signal_reaches_what_the_command_started_in_the_background() {
     let cluster = RedisServers::start(3);
@@ -1091,7 +1091,7 @@ fn a_forwarded_signal_reaches_what_the_command_started_in_the_background() {
 
 /// With `--foreground` the command shares `run`'s process group; a signal
 /// that a process (not the terminal) sent to `run` still reaches it.
-/// (Mutants: `&&` for `||` in `forward`, `from_kernel` always true or
+/// (Catches: `&&` for `||` in `forward`, `from_kernel` always true or
 /// inverted: every signal taken for a terminal's, and not forwarded.)
 #[test]
 fn with_foreground_a_signal_sent_by_a_process_is_forwarded_to_the_command() {
@@ -1146,7 +1146,7 @@ fn open_pty() -> (std::fs::File, String) {
 
 /// With `--foreground`, a Ctrl-C typed on `run`'s terminal reaches the
 /// command from the terminal itself; `run` must not pass it on a second
-/// time. (Mutants: the `!` dropped in `forward`'s terminal test, and
+/// time. (Catches: the `!` dropped in `forward`'s terminal test, and
 /// `from_kernel` always false. The oracle is `-v`'s account of what `run`
 /// did with the signal: the kernel may merge two INTs into one delivery,
 /// so the command cannot reliably count them.)
@@ -1216,7 +1216,7 @@ fn with_foreground_a_ctrl_c_from_the_terminal_is_not_forwarded_again() {
 /// USR1 and USR2 only mean something to a running command: while `run`
 /// waits for the lock they neither end the wait nor get lost in an error,
 /// and the signals that do end it are named in the message.
-/// (Mutants: `stops_wait` always true; `signals::name` empty or constant.)
+/// (Catches: `stops_wait` always true; `signals::name` empty or constant.)
 #[test]
 fn usr1_while_waiting_does_not_end_the_wait_and_term_is_named_when_it_does() {
     let cluster = RedisServers::start(3);
@@ -1261,7 +1261,7 @@ fn usr1_while_waiting_does_not_end_the_wait_and_term_is_named_when_it_does() {
 // --- Exit codes -------------------------------------------------------------
 
 /// An empty resource name is a bad argument: 64, for `run` as for
-/// `status`. (Mutant: the library's invalid-resource error mapped to 69.)
+/// `status`. (Catches: the library's invalid-resource error mapped to 69.)
 #[test]
 fn an_empty_resource_name_gives_64() {
     let cluster = RedisServers::start(1);
@@ -1274,7 +1274,7 @@ fn an_empty_resource_name_gives_64() {
 
 /// Settings at the edge of their ranges still work: `--kill-after 0` (the
 /// SIGKILL right after the signal) and an instance timeout longer than
-/// the wait slice. (Mutants: `-` for `+` in the validity margin and in the
+/// the wait slice. (Catches: `-` for `+` in the validity margin and in the
 /// wait slice, both of which underflow and panic.)
 #[test]
 fn kill_after_zero_and_a_long_instance_timeout_are_accepted() {
@@ -1292,7 +1292,7 @@ fn kill_after_zero_and_a_long_instance_timeout_are_accepted() {
 // --- Messages on stderr -----------------------------------------------------
 
 /// Progress is for `-v` only: a plain successful run says nothing, and a
-/// run too short for an extension says nothing about one. (Mutants: `info`
+/// run too short for an extension says nothing about one. (Catches: `info`
 /// printing without `-v`; an extension reported when the validity
 /// shrinks.)
 #[test]
@@ -1316,7 +1316,7 @@ fn a_plain_run_is_silent_and_no_extension_is_reported_before_one_happens() {
 }
 
 /// Without `-q` a loss is announced as it happens (the signal sent, then
-/// the error); with `-q` only the error line is printed. (Mutants: `warn`
+/// the error); with `-q` only the error line is printed. (Catches: `warn`
 /// silent, or printing only with `-q`.)
 #[test]
 fn a_loss_is_announced_as_a_warning_unless_quiet() {
@@ -1375,7 +1375,7 @@ fn a_loss_is_announced_as_a_warning_unless_quiet() {
 
 /// `ping` reports the round trip in milliseconds: through a proxy that
 /// holds each chunk 30 ms each way, at least 60 ms, and no more than the
-/// instance timeout (950 ms: a later answer is a timeout). (Mutants: `millis` constant, or with `+` or `/` for
+/// instance timeout (950 ms: a later answer is a timeout). (Catches: `millis` constant, or with `+` or `/` for
 /// `*`.)
 #[test]
 fn ping_reports_the_round_trip_in_milliseconds() {
@@ -1401,7 +1401,7 @@ fn ping_reports_the_round_trip_in_milliseconds() {
 
 /// A lock key without expiry (written by something else than redfence) is
 /// shown as held with no TTL: `ttl_ms` null, "no expiry" in the table.
-/// (Mutant: PTTL -1 read as a TTL of 1 ms.)
+/// (Catches: PTTL -1 read as a TTL of 1 ms.)
 #[test]
 fn status_shows_a_lock_key_without_expiry() {
     let cluster = RedisServers::start(3);
@@ -1438,7 +1438,7 @@ fn status_shows_a_lock_key_without_expiry() {
 
 /// `status` names the kind of each instance's failure, as `ping` does:
 /// refused, unanswered, cut, and a wrong password.
-/// (Mutants: `describe` empty or constant, and its kind tests.)
+/// (Catches: `describe` empty or constant, and its kind tests.)
 #[test]
 fn status_names_the_kind_of_each_instance_error() {
     let cluster = RedisServers::start(3);

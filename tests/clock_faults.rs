@@ -78,8 +78,7 @@ fn fake_clock_cluster(n: usize) -> Option<RedisServers> {
     }
 }
 
-/// A client whose instance timeout leaves room for a loaded two-core
-/// machine (the faults here are clocks, not slowness).
+/// A client whose instance timeout leaves room for a loaded machine (the faults here are clocks, not slowness).
 fn client(cluster: &RedisServers) -> Redlock {
     Redlock::builder(cluster.urls())
         .instance_timeout(Duration::from_millis(250))

@@ -930,7 +930,8 @@ fn lost_replies_on_a_majority_fail_the_attempt_and_leave_no_orphans() {
 /// exceed drift plus twice the instance timeout, and an attempt never waits
 /// longer than twice the instance timeout, so the slow answers are timeouts
 /// (`Unavailable`) instead. It takes a stall of the locking thread itself:
-/// see `tests/safety.rs`.
+/// see `a_grant_paused_past_its_validity_is_refused_and_released` in
+/// `tests/lock.rs`.
 #[test]
 fn late_grants_after_a_timed_out_attempt_are_released() {
     let _turn = alongside_restarts();

@@ -1,5 +1,7 @@
 //! Fencing tokens stay strictly increasing when counters diverge, are lost
-//! or expire.
+//! or expire; a set's counters expire like a single lock's; tokens stay
+//! near the instances' clocks whatever the client's reading; a grant whose
+//! keys vanish or change hands before its raise round does not stand.
 
 mod common;
 
@@ -413,8 +415,7 @@ fn diverge_counters(env: &Proxied, resource: &str, base: u64) {
     }
 }
 
-/// Guards bug 4 of issue 16: `fence_raise.lua` reporting the lock as ours
-/// without checking. The raise round is the grant's last word: if the lock
+/// Catches `fence_raise.lua` reporting the lock as ours without checking. The raise round is the grant's last word: if the lock
 /// keys were deleted, or taken by someone else, on a majority between the
 /// acquisition and the raise, the grant must not stand.
 ///
@@ -486,7 +487,7 @@ const SEED_DELAY: Duration = Duration::from_millis(300);
 /// by up to 300 ms. A new resource's token must still lie between the
 /// instances' clock before the call and 5 ms after it.
 ///
-/// Bug seen to fail it: the acquire script taking the client's proposal
+/// Catches: the acquire script taking the client's proposal
 /// without bounding it by the instance's clock.
 #[test]
 fn a_clock_reading_far_off_does_not_move_tokens_away_from_the_instances_clocks() {
@@ -521,7 +522,7 @@ fn a_clock_reading_far_off_does_not_move_tokens_away_from_the_instances_clocks()
 /// single lock's does: PTTL in (80 s, 90 s], never without expiry, never
 /// in the wrong unit.
 ///
-/// Bug seen to fail it: the set's acquisition script writing the counters
+/// Catches: the set's acquisition script writing the counters
 /// without their expiry.
 #[test]
 fn a_sets_fencing_counters_expire_after_the_idle_time() {

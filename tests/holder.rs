@@ -1,7 +1,9 @@
 //! Holder identity and hold-at-least, on real servers: who holds a lock is
 //! named in `Contended` and by `holder()`, never with the secret part of
-//! the value; a lock released early under `hold_at_least` stays held until
-//! the hold is over.
+//! the value, and only when a majority of the answers name the same holder
+//! (a lock held by a majority is `Contended` though the rest failed); a
+//! lock released early under `hold_at_least` stays held until the hold is
+//! over.
 
 mod common;
 

@@ -41,7 +41,7 @@ fn wait_landed(net: &Proxied) {
     }
 }
 
-/// The review's first finding, played out: a late acquire must not
+/// A late acquire must not
 /// recreate a lost counter from a value the client read before sending it.
 ///
 /// X's acquire is held on its way to A and B while C grants; X gives up.
@@ -183,7 +183,7 @@ fn a_late_extension_does_not_cut_a_hold_short() {
     }
 }
 
-/// The review's second finding: an extension that timed out may still
+/// An extension that timed out may still
 /// land after a later one. A guard asks for 600 ms, the request is held,
 /// the call fails; it then asks for 10 s and gets it. The held 600 ms
 /// extension lands: it must not cut the keys short while the guard
@@ -253,7 +253,7 @@ fn a_late_shorter_extension_does_not_cut_a_longer_lease() {
     guard.release().expect("released");
 }
 
-/// The review's third finding: a failed attempt's clean-up can reach an
+/// A failed attempt's clean-up can reach an
 /// instance before the attempt's own acquire, which then lands and would
 /// leave a lock nobody owns for the whole TTL. The clean-up voids the
 /// acquire instead: once everything has landed, no instance holds a key and
@@ -338,7 +338,7 @@ fn an_acquire_applied_twice_is_granted_twice_with_the_same_tokens() {
     }
 }
 
-/// The review's fourth finding: an instance restarted from an RDB
+/// An instance restarted from an RDB
 /// snapshot (Redis's default persistence) comes back with an older
 /// counter, not a missing one. Here every instance does, as after a power
 /// cut: the next grant must still be above every token handed out before.

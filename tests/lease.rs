@@ -1,5 +1,9 @@
-//! The watchdog keeps leases of live guards alive, bounds its retries, and
-//! signals loss the moment a lease can no longer be kept.
+//! Leases: the validity a grant promises (the clock-drift allowance left
+//! out, zero once lost), extensions by hand (the TTL in milliseconds on
+//! every instance, `Unavailable` when the answers cannot tell), and the
+//! watchdog, which keeps leases of live guards alive, bounds its retries,
+//! never revives a key gone or taken on a majority, and signals loss the
+//! moment a lease can no longer be kept.
 
 mod common;
 
@@ -345,7 +349,7 @@ fn manual_extend_refreshes_the_lease_on_the_instances() {
 /// 1 s lease (single and set), every instance's lock key has a PTTL near
 /// 3000 ms: at most 3000, more than 2000 — not 3 s × 1000, not 3 s / 1000.
 ///
-/// Bug seen to fail it: the extension sending the TTL in seconds (and
+/// Catches: the extension sending the TTL in seconds (and
 /// ×1000) instead of milliseconds.
 #[test]
 fn an_extension_sets_the_ttl_in_milliseconds_on_every_instance() {
@@ -500,8 +504,7 @@ fn assert_validity_leaves_out(locks: &Redlock, resource: &str, ttl: Duration, dr
     guard.release().unwrap();
 }
 
-/// Guards bug 1 of issue 16: the validity ignoring the clock-drift
-/// allowance. The guard must never claim `ttl - (ttl/100 + 2 ms)` or more
+/// Catches the validity ignoring the clock-drift allowance. The guard must never claim `ttl - (ttl/100 + 2 ms)` or more
 /// (the default allowance), nor more than the TTL minus a custom
 /// allowance set with `clock_drift`: an instance whose clock runs fast
 /// expires the key that much earlier.
@@ -520,8 +523,8 @@ fn validity_after_a_grant_leaves_out_the_drift_allowance() {
     assert_validity_leaves_out(&custom, "drift-custom", ttl, custom_drift);
 }
 
-/// Guards bug 2 of issue 16: `extend.lua` re-creating a key that has
-/// expired (or taking over someone else's). An explicit extend of a lease
+/// Catches `extend.lua` re-creating a key that has expired (or taking
+/// over someone else's). An explicit extend of a lease
 /// whose key is gone, or belongs to another holder, on a majority must
 /// report the lease lost and leave those instances as they are.
 #[test]
@@ -552,7 +555,7 @@ fn extending_a_lease_gone_or_taken_on_a_majority_fails_and_writes_nothing() {
     }
 }
 
-/// Guards bug 2 of issue 16 through the watchdog: its extension rounds use
+/// The same through the watchdog: its extension rounds use
 /// the same script, and must not bring back a lease whose key vanished on a
 /// majority (a clock jump, a restart without persistence) nor take over a
 /// newer holder's key. The lease is reported lost instead.
@@ -579,8 +582,8 @@ fn the_watchdog_does_not_revive_a_lease_gone_or_taken_on_a_majority() {
     }
 }
 
-/// Guards bug 3 of issue 16: the watchdog never marking a lease lost after
-/// failed extensions. With a majority frozen, the renewal at a third of a
+/// Catches the watchdog never marking a lease lost after failed
+/// extensions. With a majority frozen, the renewal at a third of a
 /// 9 s TTL fails, so does its one retry, and the guard must say
 /// `ExtensionFailed` then, about 4 s after the grant, not 9 s later when
 /// the lease would simply have run out (`Expired`).

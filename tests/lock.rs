@@ -1,4 +1,14 @@
-//! The core lock against five real redis-server processes.
+//! The core lock against real redis-server processes: lock, release and
+//! try_lock, mutual exclusion, quorum and unavailability, scripts reloaded
+//! after a flush. Releases: a lease whose validity ran out is reported lost
+//! even with its keys in place, a release that cannot tell is
+//! `Unavailable`, a release owed to an unreachable instance is delivered
+//! once it heals and never sent again once delivered. A grant whose calling
+//! thread is stalled (ptrace) past its validity is refused and released.
+//!
+//! `child_paused_grant` runs in a child process of
+//! `a_grant_paused_past_its_validity_is_refused_and_released`; it is
+//! `#[ignore]`d.
 
 mod common;
 
@@ -318,7 +328,7 @@ fn wait_validity_out_keys_in_place(
 /// still holds our keys when `release()` runs; the release must still say
 /// `Lost` (reason `Expired`), and still delete the keys.
 ///
-/// Bug seen to fail it: `release()` reporting `Ok` when a quorum deleted
+/// Catches: `release()` reporting `Ok` when a quorum deleted
 /// the keys, whatever the validity (the "lost before" check moved after
 /// the quorum count).
 #[test]
@@ -382,7 +392,7 @@ const OWED_TTL: Duration = Duration::from_secs(30);
 /// reachable again, their keys go within seconds, long before the 30 s TTL
 /// would have removed them.
 ///
-/// Bugs seen to fail it: a holder's release not kept for retry
+/// Catches: a holder's release not kept for retry
 /// (non-persistent delivery), and an owed release given up after one round
 /// (its retry deadline set to the instance timeout instead of the TTL).
 #[test]
@@ -578,8 +588,8 @@ fn child_paused_grant() {
     });
 }
 
-/// Guards bug 5 of issue 16: the check that a grant still has validity left
-/// when its last round is counted. A quorum's answers bound each round by
+/// The check that a grant still has validity left when its last round is
+/// counted. A quorum's answers bound each round by
 /// the instance timeout, and the TTL must exceed drift plus two timeouts,
 /// so only a stall of the calling thread itself (a GC or VM pause, a
 /// starved scheduler) brings a grant past its validity. Here that stall is

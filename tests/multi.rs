@@ -1,6 +1,7 @@
 //! Several resources locked together (`lock_all`): all or nothing, one
 //! fencing token per resource from the same sequence as single locks, no
-//! deadlock between overlapping sets, and the single lock's fault handling.
+//! deadlock between overlapping sets, the single lock's fault handling, and
+//! a raise round that finds a member taken on a majority refuses the set.
 //!
 //! `child_philosophers` re-runs this binary as a child process; it is
 //! `#[ignore]`d and returns at once unless the parent set
@@ -499,13 +500,13 @@ fn lock_set_while_a_member_is_taken(
 /// a set" — with "the same guarantees as a single lock", including the raise
 /// round, which for a single lock is the grant's last word: a grant whose
 /// keys changed hands before the raise lands does not stand
-/// (tests/safety.rs). So a set whose raise round finds a member no longer
+/// (`tests/fencing.rs`). So a set whose raise round finds a member no longer
 /// ours on a majority is not granted; if it were granted anyway, it would
 /// have to hold every member on a quorum.
 ///
 /// Both members' counters disagree, so the raise round carries one script
 /// per member, and the instances where one member was taken must not count
-/// as holding the set. Bug seen to fail it: the raise round counting an
+/// as holding the set. Catches: the raise round counting an
 /// instance where only some of the members' scripts said "ours"
 /// (`all_yes` accepting any yes).
 #[test]
@@ -588,12 +589,12 @@ fn assert_set_not_granted_without_its_members(
 /// majority before the raise lands. "No call ever holds part of a set":
 /// the set must not be granted holding member `b` on a minority only.
 ///
-/// Fails on the code it was written against (commit cba2dfa): the raise
-/// round sends the raise script for the lagging members only, and that
-/// script checks only its own member's lock key, so an instance where `a`
-/// is ours and `b` is not counts as holding the set, and the set is granted
-/// with `b` ours on 2 of 5 instances. Raising every member of a set whose
-/// grant needs a raise round (harmless: counters only go up) makes it pass.
+/// Catches a raise round sent for the lagging members only: that script
+/// checks only its own member's lock key, so an instance where `a` is ours
+/// and `b` is not would count as holding the set, and the set would be
+/// granted with `b` ours on 2 of 5 instances. The client raises every
+/// member of a set whose grant needs a raise round (harmless: counters only
+/// go up).
 #[test]
 fn a_set_whose_other_member_is_taken_before_the_raise_round_is_not_granted() {
     let env = Proxied::start(5);

@@ -835,7 +835,7 @@ fn client(
 
 #[cfg(feature = "metrics")]
 /// A lease without auto-extension runs out: `reason="expired"`.
-/// Bug seen to fail it: `LossReason::Expired` labelled `not_held`.
+/// Catches: `LossReason::Expired` labelled `not_held`.
 #[test]
 fn an_expired_lease_is_counted_as_expired() {
     let _turn = turn();
@@ -857,7 +857,7 @@ fn an_expired_lease_is_counted_as_expired() {
 #[cfg(feature = "metrics")]
 /// The lease's keys are deleted on a majority behind our back; the next
 /// extension finds them gone: `reason="not_held"`.
-/// Bug seen to fail it: `LossReason::NotHeld` labelled `expired`.
+/// Catches: `LossReason::NotHeld` labelled `expired`.
 #[test]
 fn a_lease_taken_away_is_counted_as_not_held() {
     let _turn = turn();
@@ -889,7 +889,7 @@ fn a_lease_taken_away_is_counted_as_not_held() {
 /// A majority frozen (SIGSTOP): the watchdog's renewal fails and, with no
 /// retry allowed, the lease is given up long before its validity ends:
 /// `reason="extension_failed"`.
-/// Bug seen to fail it: `LossReason::ExtensionFailed` labelled `expired`.
+/// Catches: `LossReason::ExtensionFailed` labelled `expired`.
 #[test]
 fn failed_extensions_are_counted_as_extension_failed() {
     let _turn = turn();
@@ -916,7 +916,7 @@ fn failed_extensions_are_counted_as_extension_failed() {
 #[cfg(feature = "metrics")]
 /// The watchdog may extend a lease once (`max_extensions(Some(1))`); after
 /// that it runs out: `reason="extension_limit"`.
-/// Bug seen to fail it: `LossReason::ExtensionLimit` labelled `expired`.
+/// Catches: `LossReason::ExtensionLimit` labelled `expired`.
 #[test]
 fn a_lease_at_its_extension_cap_is_counted_as_extension_limit() {
     let _turn = turn();
@@ -939,7 +939,7 @@ fn a_lease_at_its_extension_cap_is_counted_as_extension_limit() {
 #[cfg(feature = "metrics")]
 /// Releases (explicit, by drop, of a single lock and of a set) are not
 /// losses: nothing is counted under any reason, `released` included.
-/// Bug seen to fail it: a release counted as a loss with `reason="released"`.
+/// Catches: a release counted as a loss with `reason="released"`.
 #[test]
 fn releases_are_not_counted_as_losses() {
     let _turn = turn();

@@ -173,7 +173,7 @@ const TURN_BOUND: Duration = Duration::from_millis(100);
 /// of a waiter that heard nothing, the client's 2 s random pause): every
 /// turn is started by the release of the one before, not by a timer.
 ///
-/// Bug seen to fail it: a finished call left registered as a waiter (so
+/// Catches: a finished call left registered as a waiter (so
 /// the next release wakes a call that no longer waits, and the real next
 /// waiter only notices on its 250 ms re-check). Not covered, because no
 /// real fault makes it matter deterministically: the hand-on of a wake-up
@@ -281,7 +281,7 @@ fn thread_sleeps(name: &str) -> bool {
 /// release must then reach the call that wants only R, which locks it at
 /// once, not at the next fallback re-check (250 ms) or retry pause (2 s).
 ///
-/// Bug seen to fail it: a woken call that cannot use the release keeping
+/// Catches: a woken call that cannot use the release keeping
 /// it (no hand-on to the next in line).
 #[test]
 fn a_release_a_set_cannot_use_goes_to_the_next_waiter() {

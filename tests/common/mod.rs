@@ -54,6 +54,16 @@ pub fn warm(locks: &Redlock) {
     );
 }
 
+/// The per-instance errors of an `Unavailable` error.
+pub fn unavailable(
+    result: Result<redfence::LockGuard, redfence::Error>,
+) -> Vec<redfence::InstanceError> {
+    match result {
+        Err(redfence::Error::Unavailable { errors, .. }) => errors,
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
 /// The resource's lock key (default prefix).
 pub fn lock_key(resource: &str) -> String {
     format!("redfence:lock:{{{resource}}}")
