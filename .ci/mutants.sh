@@ -63,7 +63,7 @@ m acquire-resend-bumps-again lua/acquire.lua "late_requests" \
   "if current and resent then" \
   "if current and resent and false then"
 
-m set-acquired-though-held lua/acquire.lua "lock multi" \
+m set-acquired-though-held lua/acquire.lua "lock waiting lease multi" \
   "if held then
   local identity" \
   "if false then
@@ -81,11 +81,11 @@ m acquire-resend-refused-single lua/acquire.lua "late_requests" \
   "if holder and holder ~= ARGV[1] then" \
   "if holder then"
 
-m acquire-granted-though-held-single lua/acquire.lua "lock" \
+m acquire-granted-though-held-single lua/acquire.lua "lock waiting lease" \
   "if holder and holder ~= ARGV[1] then" \
   "if false then"
 
-m acquire-lock-lives-idle-time-single lua/acquire.lua "lock contracts" \
+m acquire-lock-lives-idle-time-single lua/acquire.lua "lock waiting lease fencing multi holder bad_input" \
   "redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')" \
   "redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[3], 'GET')"
 
@@ -105,17 +105,17 @@ m acquire-ignores-foreign-counter lua/acquire.lua "bad_input" \
   "  if current and not string.match(current, '^%d+\$') then" \
   "  if false then"
 
-m acquire-lock-lives-idle-time lua/acquire.lua "lock contracts" \
+m acquire-lock-lives-idle-time lua/acquire.lua "lock waiting lease fencing multi holder bad_input" \
   "redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])" \
   "redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[3])"
 
-m acquire-counter-never-expires lua/acquire.lua "fencing contracts" \
+m acquire-counter-never-expires lua/acquire.lua "fencing lock waiting lease multi holder bad_input" \
   "redis.call('SET', key, string.format('%.0f', token), 'PX', ARGV[3])" \
   "redis.call('SET', key, string.format('%.0f', token))"
 
 # --- lua/release.lua ---------------------------------------------------------
 
-m release-without-compare lua/release.lua "lock" \
+m release-without-compare lua/release.lua "lock waiting lease" \
   "if redis.call('GET', KEYS[i]) == ARGV[1] then" \
   "if redis.call('EXISTS', KEYS[i]) == 1 then"
 
@@ -127,13 +127,13 @@ m clean-up-voids-only-where-not-ours lua/release.lua "late_requests" \
   "if all == 0 or ARGV[3] == '1' then" \
   "if all == 0 then"
 
-m release-reports-all-ours lua/release.lua "lock safety contracts" \
+m release-reports-all-ours lua/release.lua "lock waiting lease fencing multi holder bad_input" \
   "    all = 0" \
   "    all = 1"
 
 # --- lua/extend.lua ----------------------------------------------------------
 
-m extend-recreates-key lua/extend.lua "safety" \
+m extend-recreates-key lua/extend.lua "lock lease fencing" \
   "for _, key in ipairs(KEYS) do
   if redis.call('GET', key) ~= ARGV[1] then
     return 0
@@ -151,7 +151,7 @@ for _, key in ipairs(KEYS) do
   redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
 end"
 
-m extend-ignores-owner lua/extend.lua "safety" \
+m extend-ignores-owner lua/extend.lua "lock lease fencing" \
   "if redis.call('GET', key) ~= ARGV[1] then" \
   "if redis.call('EXISTS', key) == 0 then"
 
@@ -159,13 +159,13 @@ m extend-may-shorten lua/extend.lua "late_requests" \
   "redis.call('PEXPIRE', key, ARGV[2], 'GT')" \
   "redis.call('PEXPIRE', key, ARGV[2])"
 
-m extend-in-seconds lua/extend.lua "safety contracts" \
+m extend-in-seconds lua/extend.lua "lock lease fencing waiting multi holder bad_input" \
   "redis.call('PEXPIRE', key, ARGV[2], 'GT')" \
   "redis.call('EXPIRE', key, ARGV[2], 'GT')"
 
 # --- lua/fence_raise.lua -----------------------------------------------------
 
-m raise-unchecked lua/fence_raise.lua "safety fencing" \
+m raise-unchecked lua/fence_raise.lua "lock lease fencing" \
   "if held and redis.call('GET', KEYS[1]) == ARGV[1] then
   return 1
 end
@@ -181,7 +181,7 @@ m raise-unbounded lua/fence_raise.lua "fencing" \
   "if tonumber(ARGV[2]) <= clock + MAX_AHEAD then" \
   "if true then"
 
-m raise-seeds-lost-counter-at-token lua/fence_raise.lua "fencing safety" \
+m raise-seeds-lost-counter-at-token lua/fence_raise.lua "fencing lock lease" \
   "current = now[1] .. string.format('%06d', tonumber(now[2]))" \
   "current = '0'"
 
@@ -209,34 +209,34 @@ m sql-fence-never-raised src/sql.rs "postgres" \
   "ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token \\" \
   "ON CONFLICT (resource) DO UPDATE SET token = redfence_fences.token \\"
 
-# --- Rust: the lock's safety logic (issue 16's bugs and neighbours) -----------
+# --- Rust: the lock's safety logic ------------------------------------------
 
-m drift-ignored src/acquire.rs "safety" \
+m drift-ignored src/acquire.rs "lock lease fencing" \
   '.checked_sub(cfg.drift(ttl))' \
   '.checked_sub(Duration::ZERO)'
 
-m watchdog-never-marks-lost src/watchdog.rs "safety watchdog" \
+m watchdog-never-marks-lost src/watchdog.rs "lock lease fencing" \
   'lease.mark_lost(LossReason::ExtensionFailed);' \
   'let _ = LossReason::ExtensionFailed;'
 
-m no-validity-check-removed src/acquire.rs "safety" \
+m no-validity-check-removed src/acquire.rs "lock lease fencing" \
   'Some(valid_until) if Instant::now() < valid_until =>' \
   'Some(valid_until) =>'
 
-m quorum-minus-one src/quorum.rs "lock" \
+m quorum-minus-one src/quorum.rs "lock waiting lease" \
   'self.list.len() / 2 + 1' \
   'self.list.len() / 2'
 
-m release-not-announced src/scripts.rs "lock" \
+m release-not-announced src/scripts.rs "lock waiting lease" \
   'pipe.cmd("PUBLISH").arg(&member.keys.channel).arg("1");' \
   'pipe.cmd("ECHO").arg(&member.keys.channel);'
 
-m failed-attempt-not-released src/acquire.rs "lock" \
+m failed-attempt-not-released src/acquire.rs "lock waiting lease" \
   'if tally.yes.len() < quorum {
         release_all(&|i| tally.refused(i));' \
   'if tally.yes.len() < quorum {'
 
-m decided-on-one-yes src/quorum.rs "lock" \
+m decided-on-one-yes src/quorum.rs "lock waiting lease" \
   'tally.yes.len() >= self.quorum ||' \
   'tally.yes.len() >= 1 ||'
 
@@ -252,33 +252,33 @@ m no-proposal src/acquire.rs "fencing" \
   'let proposal = instances.clock_proposal();' \
   'let proposal = 0u64;'
 
-m extend-without-quorum src/lease.rs "safety watchdog" \
+m extend-without-quorum src/lease.rs "lock lease fencing" \
   'if tally.yes.len() >= quorum && now < new_valid {' \
   'if now < new_valid {'
 
-m extend-validity-ignores-drift src/lease.rs "safety" \
+m extend-validity-ignores-drift src/lease.rs "lock lease fencing" \
   'let validity = believed.saturating_sub(shared.cfg.drift(believed));' \
   'let validity = believed;'
 
-m not-held-not-detected src/lease.rs "safety watchdog" \
+m not-held-not-detected src/lease.rs "lock lease fencing" \
   'if tally.no.len() > shared.instances.len() - quorum {
             lease.mark_lost_locked(&mut st, LossReason::NotHeld);' \
   'if tally.no.len() > shared.instances.len() {
             lease.mark_lost_locked(&mut st, LossReason::NotHeld);'
 
-m validity-end-not-enforced src/lease.rs "lock watchdog" \
+m validity-end-not-enforced src/lease.rs "lock waiting lease" \
   'if st.lost.is_none() && now >= st.valid_until {' \
   'if st.lost.is_none() && now >= st.valid_until + std::time::Duration::from_secs(3600) {'
 
-m watchdog-renews-at-expiry src/watchdog.rs "watchdog" \
+m watchdog-renews-at-expiry src/watchdog.rs "lease" \
   '(renewed + believed / 3).min(st.valid_until)' \
   'st.valid_until'
 
-m set-waiter-keeps-a-release-it-cannot-use src/client.rs "contracts" \
+m set-waiter-keeps-a-release-it-cannot-use src/client.rs "lock waiting lease fencing multi holder bad_input" \
   'watch.pass_on();' \
   'let _ = &watch;'
 
-m extension-cap-ignored src/watchdog.rs "watchdog" \
+m extension-cap-ignored src/watchdog.rs "lease" \
   'cfg.max_extensions.is_none_or(|max| extensions < max)' \
   'cfg.max_extensions.is_none_or(|max| extensions < max + 1000)'
 
@@ -292,7 +292,7 @@ m native-release-never-voids src/native.rs "native" \
   '(Form::Release { void, .. }, Some(Value::Int(0))) => Some(void),' \
   '(Form::Release { void, .. }, Some(Value::Int(2))) => Some(void),' valkey-9.1.2
 
-m native-extension-read-as-lost src/native.rs "native watchdog" \
+m native-extension-read-as-lost src/native.rs "native lease" \
   'Value::Okay => *first = Value::Int(1),' \
   'Value::Okay => *first = Value::Int(0),' valkey-9.1.2
 

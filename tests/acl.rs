@@ -7,6 +7,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
+use common::unavailable;
 use redfence::testing::{RedisServers, ServerOptions};
 use redfence::{acl_rules, Error, InstanceError, InstanceErrorKind, LockOptions, Redlock};
 
@@ -37,13 +38,6 @@ fn without(rule: &'static str) -> impl Fn(Vec<String>) -> Vec<String> {
 
 fn client(cluster: &RedisServers) -> Redlock {
     Redlock::new(cluster.urls_as(USER, PASSWORD)).unwrap()
-}
-
-fn unavailable(result: Result<redfence::LockGuard, Error>) -> Vec<InstanceError> {
-    match result {
-        Err(Error::Unavailable { errors, .. }) => errors,
-        other => panic!("expected Unavailable, got {other:?}"),
-    }
 }
 
 /// Every instance refused for lack of a permission, and says which.

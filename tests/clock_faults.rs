@@ -19,14 +19,14 @@
 //! counter lost after a clock stepped back restarts lower by the step.
 
 mod common;
-#[path = "common/faults.rs"]
-mod faults_common;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::eventually;
-use faults_common::{fence_key, lock_key, lock_values};
+use common::faults::lock_values;
+use common::lock_key;
+use common::tokens::{counter, strictly_increasing, token_with};
 use postgres::{Client, NoTls};
 use redfence::testing::{PostgresServer, RedisServer, RedisServers, ServerOptions};
 use redfence::{fenced_set, sql, Error, FencingToken, LockOptions, LossReason, Redlock};
@@ -78,8 +78,7 @@ fn fake_clock_cluster(n: usize) -> Option<RedisServers> {
     }
 }
 
-/// A client whose instance timeout leaves room for a loaded two-core
-/// machine (the faults here are clocks, not slowness).
+/// A client whose instance timeout leaves room for a loaded machine (the faults here are clocks, not slowness).
 fn client(cluster: &RedisServers) -> Redlock {
     Redlock::builder(cluster.urls())
         .instance_timeout(Duration::from_millis(250))
@@ -141,25 +140,6 @@ fn real_micros() -> u64 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_micros() as u64
-}
-
-fn counter(server: &RedisServer, resource: &str) -> Option<u64> {
-    server
-        .get(&fence_key(resource))
-        .map(|c| c.parse().expect("a counter"))
-}
-
-fn token_of(locks: &Redlock, resource: &str) -> u64 {
-    let guard = locks
-        .lock_with(resource, fixed(Duration::from_secs(5)))
-        .expect("lock");
-    let token = guard.token().get();
-    guard.release().expect("release");
-    token
-}
-
-fn strictly_increasing(tokens: &[u64]) -> bool {
-    tokens.windows(2).all(|w| w[0] < w[1])
 }
 
 fn is_lost(result: Result<(), Error>) -> bool {
@@ -338,11 +318,19 @@ fn characterisation_a_forward_jump_on_a_majority_allows_two_holders_but_fencing_
     // are set right again (the counters they raised stay where they are).
     let mut tokens = tokens_so_far;
     for _ in 0..3 {
-        tokens.push(token_of(&a_client, "account"));
+        tokens.push(token_with(
+            &a_client,
+            "account",
+            fixed(Duration::from_secs(5)),
+        ));
     }
     jump_back(&cluster, &[0, 1, 2], JUMP);
     for _ in 0..3 {
-        tokens.push(token_of(&b_client, "account"));
+        tokens.push(token_with(
+            &b_client,
+            "account",
+            fixed(Duration::from_secs(5)),
+        ));
     }
     assert!(strictly_increasing(&tokens), "{tokens:?}");
 }
@@ -402,7 +390,11 @@ fn a_forward_jump_on_a_minority_keeps_holders_apart() {
     let mut tokens = vec![a_token, b.token().get()];
     b.release().unwrap();
     for _ in 0..3 {
-        tokens.push(token_of(&a_client, "minority"));
+        tokens.push(token_with(
+            &a_client,
+            "minority",
+            fixed(Duration::from_secs(5)),
+        ));
     }
     assert!(strictly_increasing(&tokens), "{tokens:?}");
 }
@@ -443,7 +435,7 @@ fn characterisation_a_backward_step_then_lost_counters_send_tokens_back_by_the_s
     let stepped = [0, 1, 2];
     let kept = [3, 4];
 
-    let a = token_of(&locks, "stepped");
+    let a = token_with(&locks, "stepped", fixed(Duration::from_secs(5)));
     jump_back(&cluster, &stepped, STEP_BACK);
     let clock_now = instance_micros(cluster.server(0));
     assert!(
@@ -510,7 +502,7 @@ fn characterisation_a_backward_step_then_lost_counters_send_tokens_back_by_the_s
     // 3. The clocks are set right: the next token is above every earlier
     // one, whichever instances grant it.
     jump_forward(&cluster, &stepped, STEP_BACK);
-    let d = token_of(&locks, "stepped");
+    let d = token_with(&locks, "stepped", fixed(Duration::from_secs(5)));
     assert!(
         d > b.get() && d > c.get(),
         "D's token {d} after {b} and {c}"
@@ -648,7 +640,7 @@ fn a_backward_step_on_a_majority_keeps_holders_apart_and_delays_expiry() {
     }
     let a_token = guard.token().get();
     guard.release().expect("released");
-    let b = token_of(&rival, "behind");
+    let b = token_with(&rival, "behind", fixed(Duration::from_secs(5)));
     assert!(b > a_token, "{b} after {a_token}");
 
     // A holder that vanishes without releasing, its keys set before the
@@ -705,15 +697,15 @@ fn characterisation_a_corrected_forward_jump_then_lost_counters_send_tokens_back
     let jumped = [0, 1, 2];
     let kept = [3, 4];
 
-    let before = token_of(&locks, "corrected");
+    let before = token_with(&locks, "corrected", fixed(Duration::from_secs(5)));
     jump_forward(&cluster, &jumped, JUMP);
-    let during = token_of(&locks, "corrected");
+    let during = token_with(&locks, "corrected", fixed(Duration::from_secs(5)));
     assert!(
         during >= before + JUMP.as_micros() as u64 - 1_000_000,
         "the token {during} did not follow the clocks 20 s ahead (before: {before})"
     );
     jump_back(&cluster, &jumped, JUMP);
-    let corrected = token_of(&locks, "corrected");
+    let corrected = token_with(&locks, "corrected", fixed(Duration::from_secs(5)));
     assert!(corrected > during, "{corrected} after {during}");
 
     for i in jumped {
@@ -767,7 +759,11 @@ fn a_minority_clock_ahead_then_a_rolling_restart_keeps_tokens_increasing() {
     };
     let locks = client(&cluster);
     let (a, b, c) = (0, 1, 2);
-    let mut handed_out = vec![token_of(&locks, "excursion")];
+    let mut handed_out = vec![token_with(
+        &locks,
+        "excursion",
+        fixed(Duration::from_secs(5)),
+    )];
 
     jump_forward(&cluster, &[a], JUMP);
     // With C out of reach, a grant must count A's answer.
@@ -786,7 +782,11 @@ fn a_minority_clock_ahead_then_a_rolling_restart_keeps_tokens_increasing() {
     }
     cluster.cont(&[c]);
     for _ in 0..3 {
-        handed_out.push(token_of(&locks, "excursion"));
+        handed_out.push(token_with(
+            &locks,
+            "excursion",
+            fixed(Duration::from_secs(5)),
+        ));
     }
     // How far B's and C's counters ran ahead of their own clocks.
     let ahead: Vec<i64> = [b, c]
@@ -803,7 +803,7 @@ fn a_minority_clock_ahead_then_a_rolling_restart_keeps_tokens_increasing() {
         cluster.server(i).restart();
     }
     cluster.stop(&[a]);
-    let after = token_of(&locks, "excursion");
+    let after = token_with(&locks, "excursion", fixed(Duration::from_secs(5)));
     cluster.cont(&[a]);
     let before = handed_out.iter().copied().max().unwrap_or(0);
     eprintln!("tokens during the excursion {handed_out:?}, after the restarts {after}");

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::eventually;
+use common::{eventually, fence_key, lock_key};
 use redfence::testing::{key_slot, FencedStore, RedisServer, ShardedCluster};
 use redfence::{Error, LockOptions, Position, Redlock, RedlockBuilder};
 
@@ -28,21 +28,13 @@ fn clusters(n: usize, shards: usize) -> Vec<ShardedCluster> {
 
 /// A client over the clusters, with an instance timeout that two cores
 /// busy with dozens of servers do not reach.
-fn builder(positions: &[ShardedCluster]) -> RedlockBuilder {
+fn positions_builder(positions: &[ShardedCluster]) -> RedlockBuilder {
     Redlock::builder(positions.iter().map(|c| Position::cluster(c.seed_urls())))
         .instance_timeout(Duration::from_millis(500))
 }
 
-fn client(positions: &[ShardedCluster]) -> Redlock {
-    builder(positions).build().expect("client builds")
-}
-
-fn lock_key(resource: &str) -> String {
-    format!("redfence:lock:{{{resource}}}")
-}
-
-fn fence_key(resource: &str) -> String {
-    format!("redfence:fence:{{{resource}}}")
+fn positions_client(positions: &[ShardedCluster]) -> Redlock {
+    positions_builder(positions).build().expect("client builds")
 }
 
 /// The master of `cluster` that owns `resource`'s keys.
@@ -60,7 +52,7 @@ fn resource_on(cluster: &ShardedCluster, i: usize, prefix: &str) -> String {
 
 /// How many positions hold `resource`'s lock key (on the shard that owns
 /// it).
-fn holders(positions: &[ShardedCluster], resource: &str) -> usize {
+fn position_holders(positions: &[ShardedCluster], resource: &str) -> usize {
     positions
         .iter()
         .filter(|c| owner(c, resource).exists(&lock_key(resource)))
@@ -85,7 +77,7 @@ fn exclusion_and_increasing_tokens_under_contention_with_keys_on_every_shard() {
     let in_use: Mutex<HashMap<String, bool>> = Mutex::new(HashMap::new());
     std::thread::scope(|s| {
         for t in 0..4 {
-            let locks = client(&positions);
+            let locks = positions_client(&positions);
             let (store, resources, tokens, in_use) = (&store, &resources, &tokens, &in_use);
             s.spawn(move || {
                 for k in 0..30 {
@@ -140,7 +132,7 @@ fn exclusion_and_increasing_tokens_under_contention_with_keys_on_every_shard() {
 #[test]
 fn a_stopped_shard_takes_out_only_its_slots_on_its_position() {
     let positions = clusters(3, 3);
-    let locks = builder(&positions)
+    let locks = positions_builder(&positions)
         .instance_timeout(Duration::from_millis(300))
         .build()
         .unwrap();
@@ -155,7 +147,7 @@ fn a_stopped_shard_takes_out_only_its_slots_on_its_position() {
         .expect("two positions of three answer");
     let g_up = locks.lock_with(&up, wait).expect("every position answers");
     // Position 0 cannot grant `down`: both others did.
-    assert_eq!(holders(&positions[1..], &down), 2);
+    assert_eq!(position_holders(&positions[1..], &down), 2);
     assert!(eventually(Duration::from_secs(5), || owner(
         &positions[0],
         &up
@@ -183,7 +175,7 @@ fn a_stopped_shard_takes_out_only_its_slots_on_its_position() {
 #[test]
 fn a_slot_migrated_under_a_held_guard_keeps_extend_release_and_tokens() {
     let positions = clusters(3, 3);
-    let locks = client(&positions);
+    let locks = positions_client(&positions);
     let resource = "migrating";
     let opts = LockOptions::new().ttl(Duration::from_millis(1500));
     let guard = locks.lock_with(resource, opts).unwrap();
@@ -214,7 +206,7 @@ fn a_slot_migrated_under_a_held_guard_keeps_extend_release_and_tokens() {
     guard.release().expect("release after the move");
     // Decided at a quorum; the last position's release may still be on
     // its way.
-    assert!(eventually(Duration::from_secs(5), || holders(
+    assert!(eventually(Duration::from_secs(5), || position_holders(
         &positions, resource
     ) == 0));
     let next = locks.try_lock(resource).unwrap();
@@ -224,7 +216,7 @@ fn a_slot_migrated_under_a_held_guard_keeps_extend_release_and_tokens() {
 #[test]
 fn a_half_moved_slot_is_followed_with_asking() {
     let positions = clusters(3, 2);
-    let locks = client(&positions);
+    let locks = positions_client(&positions);
     let resource = "asked";
     let guard = locks
         .lock_with(resource, LockOptions::new().ttl(Duration::from_secs(5)))
@@ -270,7 +262,7 @@ fn a_half_moved_slot_is_followed_with_asking() {
         lock_keys_left(&positions)
     );
     let again = locks.try_lock(resource).unwrap();
-    assert!(eventually(Duration::from_secs(5), || holders(
+    assert!(eventually(Duration::from_secs(5), || position_holders(
         &positions, resource
     ) == 3));
     drop(again);
@@ -292,7 +284,7 @@ fn asking_pttl(server: &RedisServer, key: &str) -> i64 {
 #[test]
 fn a_half_moved_slot_on_one_position_leaves_the_quorum_to_the_others() {
     let positions = clusters(3, 2);
-    let locks = client(&positions);
+    let locks = positions_client(&positions);
     let resource = "half-moved";
     let slot = key_slot(lock_key(resource));
     let from = positions[0].master_of_slot(slot);
@@ -300,18 +292,18 @@ fn a_half_moved_slot_on_one_position_leaves_the_quorum_to_the_others() {
     let guard = locks
         .try_lock(resource)
         .expect("two positions of three grant");
-    assert_eq!(holders(&positions[1..], resource), 2);
+    assert_eq!(position_holders(&positions[1..], resource), 2);
     guard.release().unwrap();
 }
 
 #[test]
 fn a_waiter_is_woken_by_the_release_on_cluster_positions() {
     let positions = clusters(3, 2);
-    let holder = builder(&positions)
+    let holder = positions_builder(&positions)
         .retry_delay(Duration::from_secs(3))
         .build()
         .unwrap();
-    let waiter = builder(&positions)
+    let waiter = positions_builder(&positions)
         .retry_delay(Duration::from_secs(3))
         .build()
         .unwrap();
@@ -356,7 +348,11 @@ fn a_waiter_is_woken_by_the_release_on_cluster_positions() {
 #[test]
 fn a_waiter_follows_its_channel_when_the_slot_moves() {
     let positions = clusters(3, 2);
-    let slow = |c: &[ShardedCluster]| builder(c).retry_delay(Duration::from_secs(4)).build();
+    let slow = |c: &[ShardedCluster]| {
+        positions_builder(c)
+            .retry_delay(Duration::from_secs(4))
+            .build()
+    };
     let (holder, waiter) = (slow(&positions).unwrap(), slow(&positions).unwrap());
     let resource = "moving-waiter";
     let channel = format!("redfence:released:{{{resource}}}");
@@ -397,7 +393,11 @@ fn a_waiter_follows_its_channel_when_the_slot_moves() {
 #[test]
 fn an_election_on_cluster_positions_is_observed() {
     let positions = clusters(3, 2);
-    let (a, b, watcher) = (client(&positions), client(&positions), client(&positions));
+    let (a, b, watcher) = (
+        positions_client(&positions),
+        positions_client(&positions),
+        positions_client(&positions),
+    );
     let (ea, eb, ew) = (
         a.election("leader").unwrap(),
         b.election("leader").unwrap(),
@@ -441,8 +441,8 @@ fn calls(cluster: &ShardedCluster, command: &str) -> u64 {
 #[test]
 fn lock_all_across_shards_is_all_or_nothing_on_each_position() {
     let positions = clusters(3, 3);
-    let locks = client(&positions);
-    let other = client(&positions);
+    let locks = positions_client(&positions);
+    let other = positions_client(&positions);
     // Members on every shard of the first position.
     let set: Vec<String> = (0..3)
         .map(|i| resource_on(&positions[0], i, "set-"))
@@ -458,23 +458,26 @@ fn lock_all_across_shards_is_all_or_nothing_on_each_position() {
     // client's keys are left, long before any TTL. (It holds `set[1]` on a
     // quorum, and maybe on the third position too.)
     assert!(
-        eventually(Duration::from_secs(5), || holders(&positions, set[0]) == 0
-            && holders(&positions, set[2]) == 0),
+        eventually(Duration::from_secs(5), || position_holders(
+            &positions, set[0]
+        ) == 0
+            && position_holders(&positions, set[2]) == 0),
         "{:?}",
         lock_keys_left(&positions)
     );
-    assert!(holders(&positions, set[1]) >= 2);
+    assert!(position_holders(&positions, set[1]) >= 2);
     let first = held.token();
     held.release().unwrap();
     // Released on a quorum; wait for the third position too, or the set
     // is (rightly) refused and undone there.
-    assert!(eventually(Duration::from_secs(5), || holders(
+    assert!(eventually(Duration::from_secs(5), || position_holders(
         &positions, set[1]
     ) == 0));
     let all = locks.try_lock_all(&set).expect("granted once free");
     for r in &set {
         assert!(
-            eventually(Duration::from_secs(5), || holders(&positions, r) == 3),
+            eventually(Duration::from_secs(5), || position_holders(&positions, r)
+                == 3),
             "{r}"
         );
     }
@@ -549,7 +552,7 @@ fn a_promoted_replica_never_repeats_a_token() {
     let mut positions = clusters(2, 2);
     // Three masters, so that two still vote for the failover.
     positions.insert(0, ShardedCluster::start_with_replicas(3, 1));
-    let locks = client(&positions);
+    let locks = positions_client(&positions);
     let resource = resource_on(&positions[0], 0, "failover-");
     let first = locks.lock(&resource).unwrap();
     let t1 = first.token();
@@ -675,7 +678,7 @@ fn a_least_privilege_user_can_lock_on_a_cluster() {
         .retry_delay(Duration::from_secs(3))
         .build()
         .unwrap();
-    let other = client(&positions);
+    let other = positions_client(&positions);
     let set = ["acl-a", "acl-b", "acl-c"];
     let guard = locks.try_lock_all(&set).expect("granted under the ACL");
     guard
@@ -859,7 +862,7 @@ fn tls_cluster_positions_lock_wait_and_lock_all() {
         .flat_map(|c| c.pki().expect("a TLS cluster has a CA").ca_pem().to_vec())
         .collect();
     let locks = || {
-        builder(&positions)
+        positions_builder(&positions)
             .tls_certificates(redis::TlsCertificates {
                 client_tls: None,
                 root_cert: Some(roots.clone()),

@@ -4,14 +4,12 @@
 //! off from a majority.
 
 mod common;
-#[path = "common/faults.rs"]
-mod faults_common;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::faults::Proxied;
 use common::{eventually, subscribers};
-use faults_common::Proxied;
 use redfence::crossbeam_channel::{self, RecvTimeoutError};
 use redfence::testing::{Fault, RedisServer, RedisServers};
 use redfence::{Error, LeaderEvent, Redlock};

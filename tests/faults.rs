@@ -11,18 +11,17 @@
 //! the parent set `REDFENCE_FAULTS_CHILD`.
 
 mod common;
-#[path = "common/faults.rs"]
-mod faults_common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
-use common::eventually;
-use faults_common::{
-    all_lock_keys, fence_key, lock_key, lock_values, read_stdin_line, report, report_field,
-    store_connection, urls_from_env, ChildTest, Proxied, SharedCounter,
+use common::faults::{
+    all_lock_keys, lock_values, read_stdin_line, report, report_field, store_connection,
+    urls_from_env, ChildTest, Proxied, SharedCounter,
 };
+use common::tokens::{strictly_increasing, token_with};
+use common::{eventually, fence_key, lock_key};
 use redfence::testing::{Fault, FencedStore, RedisServer, RedisServers, ServerOptions};
 use redfence::{Error, InstanceErrorKind, LockOptions, Redlock};
 
@@ -114,10 +113,6 @@ fn release_not_lost(guard: redfence::LockGuard) {
         Ok(()) | Err(Error::Unavailable { .. }) => {}
         Err(e) => panic!("release: {e}"),
     }
-}
-
-fn strictly_increasing(tokens: &[u64]) -> bool {
-    tokens.windows(2).all(|w| w[0] < w[1])
 }
 
 // ---------------------------------------------------------------------------
@@ -935,7 +930,8 @@ fn lost_replies_on_a_majority_fail_the_attempt_and_leave_no_orphans() {
 /// exceed drift plus twice the instance timeout, and an attempt never waits
 /// longer than twice the instance timeout, so the slow answers are timeouts
 /// (`Unavailable`) instead. It takes a stall of the locking thread itself:
-/// see `tests/safety.rs`.
+/// see `a_grant_paused_past_its_validity_is_refused_and_released` in
+/// `tests/lock.rs`.
 #[test]
 fn late_grants_after_a_timed_out_attempt_are_released() {
     let _turn = alongside_restarts();
@@ -1015,15 +1011,6 @@ fn slow_grants_shorten_the_validity() {
 // 7. Fencing counters diverged or lost, through the proxies.
 // ---------------------------------------------------------------------------
 
-fn token_of(locks: &Redlock, resource: &str) -> u64 {
-    let guard = locks
-        .lock_with(resource, LockOptions::new().wait(Duration::from_secs(5)))
-        .expect("lock");
-    let token = guard.token().get();
-    guard.release().expect("release");
-    token
-}
-
 /// Counters that disagree, the highest one unreachable, then counters lost
 /// on a minority and on a majority, while instances come and go behind the
 /// proxies: every successive grant still gets a higher token.
@@ -1041,39 +1028,75 @@ fn tokens_increase_through_diverged_lost_and_partitioned_counters() {
                 .unwrap();
         }
     };
-    let mut tokens = vec![token_of(&locks, "fenced")];
+    let mut tokens = vec![token_with(
+        &locks,
+        "fenced",
+        LockOptions::new().wait(Duration::from_secs(5)),
+    )];
     let t = tokens[0];
     // Diverged: instance 4 far ahead (counters only go up in real life).
     set_counters([t + 10, t + 20, t + 30, t + 40, t + 5000]);
     env.set(&[4], Fault::BlackHole);
-    tokens.push(token_of(&locks, "fenced"));
+    tokens.push(token_with(
+        &locks,
+        "fenced",
+        LockOptions::new().wait(Duration::from_secs(5)),
+    ));
     env.pass_all();
-    tokens.push(token_of(&locks, "fenced"));
+    tokens.push(token_with(
+        &locks,
+        "fenced",
+        LockOptions::new().wait(Duration::from_secs(5)),
+    ));
     // The high one is reachable again and two others are not: the quorum
     // must include it, and its counter wins (with a raise round).
     env.set(&[0, 1], Fault::BlackHole);
-    tokens.push(token_of(&locks, "fenced"));
+    tokens.push(token_with(
+        &locks,
+        "fenced",
+        LockOptions::new().wait(Duration::from_secs(5)),
+    ));
     env.pass_all();
     // Counters lost on a minority while the rest are partitioned away in
     // turn.
     env.cluster.server(3).flushall();
     env.cluster.server(4).flushall();
     env.set(&[1, 2], Fault::BlackHole);
-    tokens.push(token_of(&locks, "fenced"));
+    tokens.push(token_with(
+        &locks,
+        "fenced",
+        LockOptions::new().wait(Duration::from_secs(5)),
+    ));
     env.pass_all();
-    tokens.push(token_of(&locks, "fenced"));
+    tokens.push(token_with(
+        &locks,
+        "fenced",
+        LockOptions::new().wait(Duration::from_secs(5)),
+    ));
     // Lost on a majority: reseeded from the clock.
     for i in [0, 1, 2] {
         env.cluster.server(i).flushall();
     }
     env.set(&[3], Fault::Delay(Duration::from_millis(20)));
-    tokens.push(token_of(&locks, "fenced"));
+    tokens.push(token_with(
+        &locks,
+        "fenced",
+        LockOptions::new().wait(Duration::from_secs(5)),
+    ));
     env.pass_all();
     // A restart without persistence behind a proxy.
     env.cluster.server(2).kill();
     env.cluster.server(2).restart();
-    tokens.push(token_of(&locks, "fenced"));
-    tokens.push(token_of(&locks, "fenced"));
+    tokens.push(token_with(
+        &locks,
+        "fenced",
+        LockOptions::new().wait(Duration::from_secs(5)),
+    ));
+    tokens.push(token_with(
+        &locks,
+        "fenced",
+        LockOptions::new().wait(Duration::from_secs(5)),
+    ));
     println!("diverged counters: tokens {tokens:?}");
     assert!(strictly_increasing(&tokens), "{tokens:?}");
     assert!(

@@ -1,13 +1,19 @@
 //! Fencing tokens stay strictly increasing when counters diverge, are lost
-//! or expire.
+//! or expire; a set's counters expire like a single lock's; tokens stay
+//! near the instances' clocks whatever the client's reading; a grant whose
+//! keys vanish or change hands before its raise round does not stand.
 
 mod common;
 
 use std::time::Duration;
 
-use common::{builder, client, eventually, fence_key, lock_key};
-use redfence::testing::RedisServers;
-use redfence::LockOptions;
+use common::faults::Proxied;
+use common::tokens::{server_micros, token_of};
+use common::{
+    assert_left_alone, builder, client, eventually, fence_key, holders, lock_key, take_away, warm,
+};
+use redfence::testing::{Fault, RedisServers};
+use redfence::{Error, LockOptions};
 
 /// The machine's clock in microseconds: the instances here share it.
 fn now_micros() -> u64 {
@@ -21,13 +27,6 @@ fn now_micros() -> u64 {
 /// of `lua/acquire.lua` plays no part: grants count up from them.
 fn ahead(step: u64) -> u64 {
     now_micros() + 1_000_000_000_000 * step
-}
-
-fn token_of(locks: &redfence::Redlock, resource: &str) -> u64 {
-    let guard = locks.lock(resource).expect("lock");
-    let token = guard.token().get();
-    guard.release().expect("release");
-    token
 }
 
 #[test]
@@ -401,4 +400,183 @@ fn large_counters_are_bumped_exactly() {
     );
     let allowed = [start.to_string(), (start + 1).to_string(), exact];
     assert!(stored.iter().all(|v| allowed.contains(v)), "{stored:?}");
+}
+
+// --- The raise round and the clock ----------------------------------------------
+
+/// Sets the resource's fencing counter to a different value on every
+/// instance (counters only go up in real life: `base` grows per round), so
+/// that whichever quorum grants disagrees and a raise round follows.
+fn diverge_counters(env: &Proxied, resource: &str, base: u64) {
+    let key = fence_key(resource);
+    for (i, server) in env.cluster.iter().enumerate() {
+        let value = base + 1000 * i as u64;
+        server.cmd(&["SET", &key, &value.to_string()]).unwrap();
+    }
+}
+
+/// Catches `fence_raise.lua` reporting the lock as ours without checking. The raise round is the grant's last word: if the lock
+/// keys were deleted, or taken by someone else, on a majority between the
+/// acquisition and the raise, the grant must not stand.
+///
+/// The window is opened by a 150 ms delay each way on every instance: the
+/// acquisition lands at about 150 ms, its replies reach the client at about
+/// 300 ms, the raise lands at about 450 ms. The test takes the keys away as
+/// soon as every instance holds one.
+#[test]
+fn a_grant_whose_keys_vanish_before_the_raise_round_does_not_stand() {
+    let env = Proxied::start(5);
+    let locks = env
+        .builder()
+        .instance_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    locks.lock("warm-up").unwrap().release().unwrap();
+    assert!(locks.ping().iter().all(|(_, r)| r.is_ok()));
+    for (round, (resource, replace)) in [("raise-gone", false), ("raise-taken", true)]
+        .into_iter()
+        .enumerate()
+    {
+        diverge_counters(&env, resource, 1_000_000 * (round as u64 + 1));
+        env.set(&[0, 1, 2, 3, 4], Fault::Delay(Duration::from_millis(150)));
+        let result = std::thread::scope(|s| {
+            let attempt = s.spawn(|| locks.try_lock(resource));
+            assert!(
+                eventually(Duration::from_secs(2), || holders(&env.cluster, resource)
+                    == 5),
+                "{resource}: the acquisition never landed everywhere"
+            );
+            // All of them when deleting, so no raise can find our value;
+            // a majority when replacing, the rest keep ours until released.
+            let indices: &[usize] = if replace {
+                &[0, 1, 2]
+            } else {
+                &[0, 1, 2, 3, 4]
+            };
+            take_away(&env.cluster, resource, indices, replace);
+            attempt.join().unwrap()
+        });
+        env.pass_all();
+        match &result {
+            Err(Error::Unavailable { .. }) => {}
+            other => panic!("{resource}: the grant stood without its keys: {other:?}"),
+        }
+        drop(result);
+        assert!(locks.ping().iter().all(|(_, r)| r.is_ok()));
+        if replace {
+            assert_left_alone(&env.cluster, resource, &[0, 1, 2], true);
+            assert!(
+                eventually(Duration::from_secs(2), || holders(&env.cluster, resource)
+                    == 3),
+                "our keys on the other instances were not released"
+            );
+        } else {
+            assert_eq!(holders(&env.cluster, resource), 0);
+        }
+    }
+}
+
+/// The proxy delay while the client first connects: its reading of instance
+/// 2's clock then comes from a round trip of 600 ms.
+const SEED_DELAY: Duration = Duration::from_millis(300);
+
+/// Contract (docs/protocol.md, "The token of one grant": every token is
+/// computed on the instance, at most 5 ms ahead of its clock; the client's
+/// own reading of the clocks is never trusted). The client's first reading
+/// of instance 2's clock goes through a 300 ms delay each way, so it is off
+/// by up to 300 ms. A new resource's token must still lie between the
+/// instances' clock before the call and 5 ms after it.
+///
+/// Catches: the acquire script taking the client's proposal
+/// without bounding it by the instance's clock.
+#[test]
+fn a_clock_reading_far_off_does_not_move_tokens_away_from_the_instances_clocks() {
+    let env = Proxied::start(3);
+    env.set(&[2], Fault::Delay(SEED_DELAY));
+    let locks = env
+        .builder()
+        .connect_timeout(Duration::from_secs(20))
+        .instance_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    warm(&locks);
+    env.pass_all();
+    let before = server_micros(env.cluster.server(0));
+    let guard = locks.lock("seeded-late").unwrap();
+    let after = server_micros(env.cluster.server(0));
+    let token = guard.token().get();
+    guard.release().unwrap();
+    assert!(
+        token >= before && token <= after + 5_000 + 1,
+        "the token {token} is not within the instances' clock ({before}..{after}) + 5 ms"
+    );
+}
+
+/// Contract (README "Key layout": `redfence:fence:{R}` "expires after 24 h
+/// unused", the builder's `fence_idle_expiry`: "How long a resource's
+/// fencing counter survives without being used"; README "Locking several
+/// resources": a set gets "the same guarantees as a single lock" and bumps
+/// "each member's own counter"). With a 90 s idle time, after `lock_all`
+/// (and after a raise round of a set, which writes the counters too), every
+/// member's counter on every instance expires within 90 s, exactly as a
+/// single lock's does: PTTL in (80 s, 90 s], never without expiry, never
+/// in the wrong unit.
+///
+/// Catches: the set's acquisition script writing the counters
+/// without their expiry.
+#[test]
+fn a_sets_fencing_counters_expire_after_the_idle_time() {
+    let cluster = RedisServers::start(3);
+    let idle = Duration::from_secs(90);
+    let locks = builder(&cluster)
+        .instance_timeout(Duration::from_millis(300))
+        .fence_idle_expiry(idle)
+        .build()
+        .unwrap();
+    warm(&locks);
+    let idle_ms = idle.as_millis() as i64;
+    let check = |what: &str, resources: &[&str]| {
+        // The call returned at a quorum; the last instance may still be
+        // applying it.
+        let in_range = |pttl: i64| pttl > idle_ms - 10_000 && pttl <= idle_ms;
+        eventually(Duration::from_secs(2), || {
+            resources
+                .iter()
+                .all(|r| cluster.iter().all(|s| in_range(s.pttl(&fence_key(r)))))
+        });
+        for r in resources {
+            for (i, s) in cluster.iter().enumerate() {
+                let pttl = s.pttl(&fence_key(r));
+                assert!(
+                    pttl > idle_ms - 10_000 && pttl <= idle_ms,
+                    "{what}: the counter of {r} on instance {i} has PTTL {pttl}, expected just \
+                     under {idle_ms} ms"
+                );
+            }
+        }
+    };
+
+    let single = locks.lock("idle-single").unwrap();
+    single.release().unwrap();
+    check("single lock", &["idle-single"]);
+
+    let set = ["idle-set:a", "idle-set:b", "idle-set:c"];
+    let guard = locks.lock_all(&set).unwrap();
+    guard.release().unwrap();
+    check("new set", &set);
+
+    // Counters that exist already, without expiry, and disagree on every
+    // instance (whichever quorum grants, the set's grant takes a raise
+    // round).
+    let high = server_micros(cluster.server(0)) + 1_000_000_000;
+    for (i, server) in cluster.iter().enumerate() {
+        let value = (high + 1000 * i as u64).to_string();
+        server
+            .cmd(&["SET", &fence_key("idle-set:b"), &value])
+            .unwrap();
+    }
+    let guard = locks.lock_all(&set).unwrap();
+    assert!(guard.token("idle-set:b").unwrap().get() > high);
+    guard.release().unwrap();
+    check("set after a raise round", &set);
 }

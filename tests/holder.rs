@@ -1,14 +1,17 @@
 //! Holder identity and hold-at-least, on real servers: who holds a lock is
 //! named in `Contended` and by `holder()`, never with the secret part of
-//! the value; a lock released early under `hold_at_least` stays held until
-//! the hold is over.
+//! the value, and only when a majority of the answers name the same holder
+//! (a lock held by a majority is `Contended` though the rest failed); a
+//! lock released early under `hold_at_least` stays held until the hold is
+//! over.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{builder, eventually, holders, lock_key};
-use redfence::testing::RedisServers;
+use common::faults::Proxied;
+use common::{builder, eventually, hold_as, holders, lock_key, warm};
+use redfence::testing::{Fault, RedisServers};
 use redfence::{Error, LockOptions, Redlock};
 
 fn named(cluster: &RedisServers, identity: &str) -> Redlock {
@@ -224,4 +227,94 @@ fn the_acl_rules_allow_the_coordination_scripts() {
     let info = election.leader().expect("reads").expect("a leader");
     assert_eq!(info.term, Some(term.term()), "the term was recorded");
     term.resign().expect("resigns");
+}
+
+// --- Who a refusal names --------------------------------------------------------
+
+/// `Error::Contended { holder }` (rustdoc): the holder's identity "where
+/// more than half of the answers the last attempt had when it was decided
+/// (failures included) named the same one; `None` otherwise". One holder
+/// each on two of three instances, the third slow to answer: the attempt
+/// is decided on the two refusals, which name nobody by a majority.
+#[test]
+fn the_holder_is_named_only_by_a_majority_of_the_answers() {
+    let p = Proxied::start(3);
+    let locks = p
+        .builder()
+        .instance_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    warm(&locks);
+    hold_as(p.cluster.server(0), "named", "alice");
+    hold_as(p.cluster.server(1), "named", "bob");
+    p.set(&[2], Fault::Delay(Duration::from_millis(150)));
+    match locks.try_lock("named") {
+        Err(Error::Contended { holder, .. }) => assert_eq!(holder, None),
+        other => panic!("expected Contended without a holder, got {other:?}"),
+    }
+    // Both refusals name alice: more than half of the answers.
+    hold_as(p.cluster.server(1), "named", "alice");
+    match locks.try_lock("named") {
+        Err(Error::Contended { holder, .. }) => assert_eq!(holder.as_deref(), Some("alice")),
+        other => panic!("expected Contended by alice, got {other:?}"),
+    }
+    p.pass_all();
+}
+
+/// `Error::Contended`: "Another client holds the lock on enough instances
+/// that no quorum is possible", which holds when three of five hold it,
+/// though the other two failed (and failed first: their servers are gone,
+/// the holders answer through a slow network): not `Unavailable`, which is
+/// for "too few instances answered for a quorum to be reached or ruled
+/// out".
+#[test]
+fn a_lock_held_by_a_majority_is_contended_though_the_rest_failed() {
+    let p = Proxied::start(5);
+    // Three through proxies, two direct: a killed server refuses at once.
+    let mut urls = p.urls()[..3].to_vec();
+    urls.extend([p.cluster.server(3).url(), p.cluster.server(4).url()]);
+    let locks = Redlock::builder(urls)
+        .instance_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    warm(&locks);
+    for i in 0..3 {
+        hold_as(p.cluster.server(i), "majority", "alice");
+    }
+    p.cluster.server(3).kill();
+    p.cluster.server(4).kill();
+    // Once the workers know the two refuse connections, they answer at once.
+    assert!(eventually(Duration::from_secs(10), || {
+        let start = Instant::now();
+        let down = locks.ping().iter().filter(|(_, r)| r.is_err()).count();
+        down == 2 && start.elapsed() < Duration::from_millis(100)
+    }));
+    p.set(&[0, 1, 2], Fault::Delay(Duration::from_millis(100)));
+    let result = locks.try_lock("majority");
+    p.pass_all();
+    // Decided on the two failures and the first refusal: one answer of
+    // three names alice, not more than half.
+    match result {
+        Err(Error::Contended { holder, .. }) => assert_eq!(holder, None),
+        other => panic!("expected Contended, got {other:?}"),
+    }
+}
+
+/// The same contract with every instance answering: one holder each on
+/// two of three instances, the third free, names nobody.
+#[test]
+fn two_holders_of_one_instance_each_name_nobody() {
+    let cluster = RedisServers::start(3);
+    let locks = builder(&cluster).build().unwrap();
+    warm(&locks);
+    hold_as(cluster.server(0), "split", "alice");
+    hold_as(cluster.server(1), "split", "bob");
+    match locks.try_lock("split") {
+        Err(Error::Contended { holder, .. }) => assert_eq!(holder, None),
+        other => panic!("expected Contended without a holder, got {other:?}"),
+    }
+    // Nothing of the failed attempt stays on the free instance.
+    assert!(eventually(Duration::from_secs(5), || !cluster
+        .server(2)
+        .exists(&lock_key("split"))));
 }

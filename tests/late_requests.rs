@@ -9,31 +9,18 @@
 //! servers, and checks the guarantee a user relies on.
 
 mod common;
-#[path = "common/faults.rs"]
-mod faults_common;
 
 use std::time::Duration;
 
-use common::eventually;
-use faults_common::{fence_key, lock_key, lock_values, Proxied};
+use common::faults::{lock_values, Proxied};
+use common::tokens::{counter, server_micros};
+use common::{eventually, fence_key, lock_key, warm};
 use redfence::testing::{Fault, FencedStore, RedisServer};
 use redfence::{Error, LockOptions, Redlock, RedlockBuilder};
 
 /// How long a held request stays held: far longer than any instance
 /// timeout here, short enough for a test.
 const HELD: Duration = Duration::from_secs(3);
-
-/// Waits until every connection the client may use is open, so that the
-/// requests of the next call go out on connections that exist now.
-fn warm(locks: &Redlock) {
-    assert!(
-        eventually(Duration::from_secs(5), || locks
-            .ping()
-            .iter()
-            .all(|(_, r)| r.is_ok())),
-        "the instances answer"
-    );
-}
 
 fn build(builder: RedlockBuilder) -> Redlock {
     let locks = builder.build().expect("client builds");
@@ -54,13 +41,7 @@ fn wait_landed(net: &Proxied) {
     }
 }
 
-fn counter(server: &RedisServer, resource: &str) -> Option<u64> {
-    server
-        .get(&fence_key(resource))
-        .map(|c| c.parse().expect("a counter"))
-}
-
-/// The review's first finding, played out: a late acquire must not
+/// A late acquire must not
 /// recreate a lost counter from a value the client read before sending it.
 ///
 /// X's acquire is held on its way to A and B while C grants; X gives up.
@@ -202,7 +183,7 @@ fn a_late_extension_does_not_cut_a_hold_short() {
     }
 }
 
-/// The review's second finding: an extension that timed out may still
+/// An extension that timed out may still
 /// land after a later one. A guard asks for 600 ms, the request is held,
 /// the call fails; it then asks for 10 s and gets it. The held 600 ms
 /// extension lands: it must not cut the keys short while the guard
@@ -272,7 +253,7 @@ fn a_late_shorter_extension_does_not_cut_a_longer_lease() {
     guard.release().expect("released");
 }
 
-/// The review's third finding: a failed attempt's clean-up can reach an
+/// A failed attempt's clean-up can reach an
 /// instance before the attempt's own acquire, which then lands and would
 /// leave a lock nobody owns for the whole TTL. The clean-up voids the
 /// acquire instead: once everything has landed, no instance holds a key and
@@ -357,7 +338,7 @@ fn an_acquire_applied_twice_is_granted_twice_with_the_same_tokens() {
     }
 }
 
-/// The review's fourth finding: an instance restarted from an RDB
+/// An instance restarted from an RDB
 /// snapshot (Redis's default persistence) comes back with an older
 /// counter, not a missing one. Here every instance does, as after a power
 /// cut: the next grant must still be above every token handed out before.
@@ -423,12 +404,6 @@ fn acquire_script(
         .arg(proposal)
         .invoke(conn)
         .unwrap()
-}
-
-fn server_micros(server: &RedisServer) -> u64 {
-    let mut conn = server.connection();
-    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
-    secs * 1_000_000 + micros
 }
 
 /// The client's proposal only makes instances agree: one far ahead of an

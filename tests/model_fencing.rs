@@ -570,7 +570,7 @@ fn a_counter_created_from_the_clients_seed_sends_tokens_backwards() {
     assert!(actions.iter().any(|a| matches!(a, Action::Lost(_))));
 }
 
-/// The previous token choice (the review's third finding): the highest
+/// An earlier token choice: the highest
 /// answer, with every counter raised to it. One instance's clock runs
 /// ahead; a grant on it and one other raises that other's counter to the
 /// future; that other loses its counter; the next grant, on the two

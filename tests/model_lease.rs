@@ -28,7 +28,7 @@
 //! * The design (`PEXPIRE … GT`: an expiry only moves later) keeps it.
 //! * Plain `PEXPIRE` does not: a short extension that timed out lands after
 //!   a later long one succeeded, and cuts the keys short under the client's
-//!   belief (the outside review's second finding).
+//!   belief.
 //! * The native extension on servers that have it (`SET key value IFEQ
 //!   value PX ttl`, Valkey 8.1+ and Redis 8.4+; `src/native.rs`) is a
 //!   compare-and-pexpire *without* GT. It keeps the property as the client
@@ -58,7 +58,7 @@
 //! * A void key only where the lock was not ours does not: the resend of an
 //!   acquire whose first copy the clean-up deleted lands after it.
 //! * Without the void key, a clean-up that overtakes its acquire leaves an
-//!   orphan (the review's third finding).
+//!   orphan.
 //! * If a resend that finds its own value counted as "held by someone
 //!   else", the client would skip the clean-up there and leave an orphan.
 //!
@@ -731,7 +731,7 @@ fn a_hold_is_never_cut_short_by_a_late_extension() {
     );
 }
 
-/// The review's first finding: a native extension of a lease with a hold,
+/// A native extension of a lease with a hold,
 /// held up and landing after the hold's release, sets the keys back to the
 /// lease's TTL from then.
 #[test]

@@ -1,25 +1,26 @@
 //! Several resources locked together (`lock_all`): all or nothing, one
 //! fencing token per resource from the same sequence as single locks, no
-//! deadlock between overlapping sets, and the single lock's fault handling.
+//! deadlock between overlapping sets, the single lock's fault handling, and
+//! a raise round that finds a member taken on a majority refuses the set.
 //!
 //! `child_philosophers` re-runs this binary as a child process; it is
 //! `#[ignore]`d and returns at once unless the parent set
 //! `REDFENCE_MULTI_CHILD`.
 
 mod common;
-#[path = "common/faults.rs"]
-mod faults_common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{builder, client, eventually, lock_key};
-use faults_common::{
+use common::faults::Proxied;
+use common::faults::{
     read_stdin_line, report, report_field, store_connection, urls_from_env, ChildTest,
 };
-use redfence::testing::{RedisServer, RedisServers};
+use common::tokens::server_micros;
+use common::{builder, client, eventually, fence_key, holders, lock_key, warm};
+use redfence::testing::{Fault, RedisServer, RedisServers};
 use redfence::{Error, LockOptions, LossReason, MultiGuard, Redlock, MAX_RESOURCES};
 
 const CHILD_ROLE: &str = "REDFENCE_MULTI_CHILD";
@@ -415,4 +416,195 @@ fn bad_sets_are_refused_with_a_reason() {
     let guard = locks.try_lock_all(&names[..MAX_RESOURCES]).unwrap();
     assert_eq!(guard.resources().len(), MAX_RESOURCES);
     guard.release().unwrap();
+}
+
+// --- A set's raise round --------------------------------------------------------
+
+/// One way each way through every proxy: the set's acquisition lands about
+/// `DELAY` after the call, its replies reach the client at about 2 × `DELAY`,
+/// and the raise round lands at about 3 × `DELAY`. The test changes the
+/// instances in between.
+const RAISE_DELAY: Duration = Duration::from_millis(250);
+
+/// Locks the set `members` with one attempt while the proxies delay every
+/// exchange, after setting the fencing counter of each member in `lagging`
+/// to a different value on every instance, above the clock (so that
+/// whichever quorum grants, its counters for that member disagree and a
+/// raise round follows), by less than the 1 s ahead of its clock that an
+/// instance's counter may be raised. As soon as the acquisition holds every member on
+/// every instance, member `taken` is given to another holder on instances
+/// 0, 1 and 2 (a majority), before the raise lands.
+fn lock_set_while_a_member_is_taken(
+    env: &Proxied,
+    locks: &Redlock,
+    members: &[String],
+    lagging: &[usize],
+    taken: usize,
+) -> Result<redfence::MultiGuard, Error> {
+    let names: Vec<&str> = members.iter().map(String::as_str).collect();
+    // Above the clock when the acquisition lands (about 250 ms from now),
+    // within 1 s of it when the raise lands (about 750 ms).
+    let high = server_micros(env.cluster.server(0)) + 800_000;
+    for &m in lagging {
+        for (i, server) in env.cluster.iter().enumerate() {
+            let value = (high + 1000 * i as u64).to_string();
+            server
+                .cmd(&["SET", &fence_key(&members[m]), &value])
+                .unwrap();
+        }
+    }
+    env.set(&[0, 1, 2, 3, 4], Fault::Delay(RAISE_DELAY));
+    let result = std::thread::scope(|s| {
+        let attempt = s.spawn(|| locks.try_lock_all(&names));
+        let landed = eventually(Duration::from_secs(5), || {
+            members.iter().all(|m| holders(&env.cluster, m) == 5)
+        });
+        if landed {
+            let key = lock_key(&members[taken]);
+            for i in [0, 1, 2] {
+                env.cluster
+                    .server(i)
+                    .cmd(&["SET", &key, "someone-else", "PX", "20000"])
+                    .unwrap();
+            }
+        }
+        let result = attempt.join().unwrap();
+        assert!(landed, "the set's acquisition never landed everywhere");
+        result
+    });
+    env.pass_all();
+    // The premise: a raise round ran for every lagging member. The
+    // counters were all different (the acquisition adds 1 to each); the
+    // raise lifts those below the token to the token, so a quorum of them
+    // now agree.
+    for &m in lagging {
+        let key = fence_key(&members[m]);
+        let counters: Vec<Option<String>> = env.cluster.iter().map(|s| s.get(&key)).collect();
+        let most_alike = counters
+            .iter()
+            .map(|c| counters.iter().filter(|d| *d == c).count())
+            .max()
+            .unwrap_or(0);
+        assert!(
+            most_alike >= locks.quorum(),
+            "{}: no raise round lifted the counters of {}: {counters:?}",
+            members.join(","),
+            members[m]
+        );
+    }
+    result
+}
+
+/// Contract (README "Locking several resources", rustdoc of `lock_all` and
+/// `MultiGuard`): a set is held all or nothing — "no call ever holds part of
+/// a set" — with "the same guarantees as a single lock", including the raise
+/// round, which for a single lock is the grant's last word: a grant whose
+/// keys changed hands before the raise lands does not stand
+/// (`tests/fencing.rs`). So a set whose raise round finds a member no longer
+/// ours on a majority is not granted; if it were granted anyway, it would
+/// have to hold every member on a quorum.
+///
+/// Both members' counters disagree, so the raise round carries one script
+/// per member, and the instances where one member was taken must not count
+/// as holding the set. Catches: the raise round counting an
+/// instance where only some of the members' scripts said "ours"
+/// (`all_yes` accepting any yes).
+#[test]
+fn a_set_whose_member_is_taken_before_the_raise_round_is_not_granted() {
+    let env = Proxied::start(5);
+    let locks = env
+        .builder()
+        .instance_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    warm(&locks);
+    let members = ["raise-set:a".to_string(), "raise-set:b".to_string()];
+    let result = lock_set_while_a_member_is_taken(&env, &locks, &members, &[0, 1], 1);
+    assert_set_not_granted_without_its_members(&env, &locks, &members, 1, result);
+}
+
+/// Checks the outcome of [`lock_set_while_a_member_is_taken`]: not granted
+/// (or, if granted, every member ours on a quorum), the other holder's keys
+/// untouched, ours released.
+fn assert_set_not_granted_without_its_members(
+    env: &Proxied,
+    locks: &Redlock,
+    members: &[String],
+    taken: usize,
+    result: Result<redfence::MultiGuard, Error>,
+) {
+    let quorum = locks.quorum();
+    match result {
+        Err(e) if e.is_retryable() => {}
+        Err(e) => panic!("unexpected error: {e:?}"),
+        Ok(guard) => {
+            // Our value: the one on instance 4, where nothing was taken.
+            let ours = env.cluster.server(4).get(&lock_key(&members[0]));
+            for m in members {
+                let held = env
+                    .cluster
+                    .iter()
+                    .filter(|s| s.get(&lock_key(m)) == ours)
+                    .count();
+                assert!(
+                    held >= quorum,
+                    "the set {members:?} was granted (tokens {:?}) while {m} is ours on only \
+                     {held} of 5 instances: part of a set was handed out",
+                    members.iter().map(|m| guard.token(m)).collect::<Vec<_>>()
+                );
+            }
+            guard.release().unwrap();
+            return;
+        }
+    }
+    // A ping queues behind the clean-up on each instance.
+    assert!(locks.ping().iter().all(|(_, r)| r.is_ok()));
+    let taken_key = lock_key(&members[taken]);
+    for i in [0, 1, 2] {
+        assert_eq!(
+            env.cluster.server(i).get(&taken_key).as_deref(),
+            Some("someone-else"),
+            "instance {i}: the other holder's key was touched"
+        );
+    }
+    for (m, member) in members.iter().enumerate() {
+        let ours_left = |s: &RedisServer| {
+            s.get(&lock_key(member))
+                .is_some_and(|v| !(m == taken && v == "someone-else"))
+        };
+        assert!(
+            eventually(Duration::from_secs(3), || !env
+                .cluster
+                .iter()
+                .any(ours_left)),
+            "{member}: the refused set's keys were not released"
+        );
+    }
+}
+
+/// Contract as for
+/// [`a_set_whose_member_is_taken_before_the_raise_round_is_not_granted`],
+/// when only one member's counters disagree: the raise round then runs for
+/// that member only, while the other member's key changes hands on a
+/// majority before the raise lands. "No call ever holds part of a set":
+/// the set must not be granted holding member `b` on a minority only.
+///
+/// Catches a raise round sent for the lagging members only: that script
+/// checks only its own member's lock key, so an instance where `a` is ours
+/// and `b` is not would count as holding the set, and the set would be
+/// granted with `b` ours on 2 of 5 instances. The client raises every
+/// member of a set whose grant needs a raise round (harmless: counters only
+/// go up).
+#[test]
+fn a_set_whose_other_member_is_taken_before_the_raise_round_is_not_granted() {
+    let env = Proxied::start(5);
+    let locks = env
+        .builder()
+        .instance_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    warm(&locks);
+    let members = ["raise-other:a".to_string(), "raise-other:b".to_string()];
+    let result = lock_set_while_a_member_is_taken(&env, &locks, &members, &[0], 1);
+    assert_set_not_granted_without_its_members(&env, &locks, &members, 1, result);
 }

@@ -8,14 +8,12 @@
 //! parent set `REDFENCE_PG_CHILD`).
 
 mod common;
-#[path = "common/faults.rs"]
-mod faults_common;
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::eventually;
-use faults_common::{report, urls_from_env, ChildTest};
+use common::faults::{report, urls_from_env, ChildTest};
 use postgres::{Client, NoTls, Transaction};
 use redfence::testing::{PostgresServer, RedisServers};
 use redfence::{sql, LockGuard, LockOptions, Redlock};
@@ -446,7 +444,7 @@ fn child_incrementer() {
 }
 
 fn parse_attempt(line: &str) -> Attempt {
-    let field = |key: &str| faults_common::report_field(line, key);
+    let field = |key: &str| common::faults::report_field(line, key);
     Attempt {
         counter: field("counter"),
         token: field("token").parse().unwrap(),

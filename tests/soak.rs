@@ -23,15 +23,14 @@
 //! - a holder paused past its validity (simulated: auto-extension off and
 //!   a sleep) has its late write refused whenever a newer holder wrote.
 
-#[path = "common/faults.rs"]
-mod faults_common;
+mod common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use faults_common::{Proxied, XorShift};
+use common::faults::{Proxied, XorShift};
 use redfence::testing::{Fault, FencedStore};
 use redfence::{Error, LockOptions, Redlock};
 

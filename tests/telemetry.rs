@@ -1,7 +1,15 @@
 //! Metrics and tracing, observed the way an application observes them: a
 //! real `metrics` recorder (metrics-util's debugging recorder) and a real
 //! `tracing` subscriber, both installed process-wide, since the watchdog and
-//! the instance workers record from their own threads.
+//! the instance workers record from their own threads; the tests take turns.
+//!
+//! With `metrics`: every series registered at zero, grants, contention and
+//! instance errors counted; `redfence_lease_lost_total` counts each loss
+//! once under its `reason` label (README "Observability": `expired`,
+//! `not_held`, `extension_failed`, `extension_limit`) and never a release;
+//! raise rounds, cluster shards' errors, owed releases and the metrics'
+//! help texts; an election's gauge and leader changes. With `tracing`:
+//! spans and events of the same operations.
 //!
 //! Run with `cargo test --features testing,metrics,tracing --test telemetry`
 //! (either feature alone works too; without both the file is empty).
@@ -12,7 +20,15 @@ mod common;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
+#[cfg(feature = "metrics")]
+use common::faults::Proxied;
+#[cfg(feature = "metrics")]
+use common::holders;
 use common::{builder, eventually, lock_key};
+#[cfg(feature = "metrics")]
+use metrics_util::debugging::{DebugValue, Snapshotter};
+#[cfg(feature = "metrics")]
+use redfence::testing::Fault;
 use redfence::testing::RedisServers;
 use redfence::{Error, LockOptions, LossReason, Redlock};
 
@@ -78,8 +94,13 @@ mod recorded {
         pub value: f64,
     }
 
+    /// The installed recorder's snapshotter (see `turn`).
+    pub fn snapshotter() -> &'static Snapshotter {
+        SNAPSHOTTER.get().expect("recorder installed")
+    }
+
     pub fn take() -> Vec<Sample> {
-        let snapshotter = SNAPSHOTTER.get().expect("recorder installed");
+        let snapshotter = snapshotter();
         snapshotter
             .snapshot()
             .into_vec()
@@ -750,4 +771,480 @@ fn every_known_series_is_registered_at_zero_when_a_client_is_built() {
         series.keys()
     );
     drop(locks);
+}
+
+// --- redfence_lease_lost_total by reason, and other counted events ---------
+
+#[cfg(feature = "metrics")]
+const LOST: &str = "redfence_lease_lost_total";
+
+#[cfg(feature = "metrics")]
+const REASONS: [&str; 4] = ["expired", "not_held", "extension_failed", "extension_limit"];
+
+#[cfg(feature = "metrics")]
+/// Increases of `redfence_lease_lost_total` since the last look, by
+/// `reason` label (the debugging recorder resets counters when read).
+fn lost_counts() -> Vec<(String, u64)> {
+    let snapshotter = recorded::snapshotter();
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, _, _, _)| key.key().name() == LOST)
+        .filter_map(|(key, _, _, value)| {
+            let reason = key
+                .key()
+                .labels()
+                .find(|l| l.key() == "reason")
+                .map(|l| l.value().to_string())
+                .unwrap_or_default();
+            match value {
+                DebugValue::Counter(n) if n > 0 => Some((reason, n)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+#[cfg(feature = "metrics")]
+/// Exactly one loss counted since the turn began, under `reason`.
+fn assert_one_loss(reason: &str) {
+    let counts = lost_counts();
+    assert_eq!(
+        counts,
+        vec![(reason.to_string(), 1)],
+        "expected one {LOST}{{reason=\"{reason}\"}} and nothing else"
+    );
+    assert!(REASONS.contains(&reason));
+}
+
+#[cfg(feature = "metrics")]
+fn client(
+    cluster: &RedisServers,
+    configure: impl FnOnce(redfence::RedlockBuilder) -> redfence::RedlockBuilder,
+) -> Redlock {
+    let locks = configure(builder(cluster).instance_timeout(Duration::from_millis(300)))
+        .build()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || locks
+        .ping()
+        .iter()
+        .all(|(_, r)| r.is_ok())));
+    locks
+}
+
+#[cfg(feature = "metrics")]
+/// A lease without auto-extension runs out: `reason="expired"`.
+/// Catches: `LossReason::Expired` labelled `not_held`.
+#[test]
+fn an_expired_lease_is_counted_as_expired() {
+    let _turn = turn();
+    let cluster = RedisServers::start(3);
+    let locks = client(&cluster, |b| b);
+    let opts = LockOptions::new()
+        .ttl(Duration::from_secs(1))
+        .auto_extend(false);
+    let guard = locks.lock_with("tc-expired", opts).unwrap();
+    assert_eq!(
+        guard.wait_lost(Duration::from_secs(3)),
+        Some(LossReason::Expired)
+    );
+    // Releasing the lost guard reports the loss again, but counts nothing.
+    assert!(matches!(guard.release(), Err(Error::Lost { .. })));
+    assert_one_loss("expired");
+}
+
+#[cfg(feature = "metrics")]
+/// The lease's keys are deleted on a majority behind our back; the next
+/// extension finds them gone: `reason="not_held"`.
+/// Catches: `LossReason::NotHeld` labelled `expired`.
+#[test]
+fn a_lease_taken_away_is_counted_as_not_held() {
+    let _turn = turn();
+    let cluster = RedisServers::start(3);
+    let locks = client(&cluster, |b| b);
+    let opts = LockOptions::new()
+        .ttl(Duration::from_secs(10))
+        .auto_extend(false);
+    let guard = locks.lock_with("tc-not-held", opts).unwrap();
+    assert!(eventually(Duration::from_secs(2), || holders(
+        &cluster,
+        "tc-not-held"
+    ) == 3));
+    for i in [0, 1] {
+        assert!(cluster.server(i).del(&lock_key("tc-not-held")));
+    }
+    match guard.extend(Duration::from_secs(10)) {
+        Err(Error::Lost {
+            reason: LossReason::NotHeld,
+            ..
+        }) => {}
+        other => panic!("expected Lost(NotHeld), got {other:?}"),
+    }
+    drop(guard);
+    assert_one_loss("not_held");
+}
+
+#[cfg(feature = "metrics")]
+/// A majority frozen (SIGSTOP): the watchdog's renewal fails and, with no
+/// retry allowed, the lease is given up long before its validity ends:
+/// `reason="extension_failed"`.
+/// Catches: `LossReason::ExtensionFailed` labelled `expired`.
+#[test]
+fn failed_extensions_are_counted_as_extension_failed() {
+    let _turn = turn();
+    let cluster = RedisServers::start(5);
+    let locks = client(&cluster, |b| b.extend_retries(0));
+    let guard = locks
+        .lock_with(
+            "tc-ext-failed",
+            LockOptions::new().ttl(Duration::from_secs(6)),
+        )
+        .unwrap();
+    assert!(eventually(Duration::from_secs(2), || holders(
+        &cluster,
+        "tc-ext-failed"
+    ) == 5));
+    cluster.stop(&[0, 1, 2]);
+    let reason = guard.wait_lost(Duration::from_secs(8));
+    cluster.cont(&[0, 1, 2]);
+    assert_eq!(reason, Some(LossReason::ExtensionFailed));
+    drop(guard);
+    assert_one_loss("extension_failed");
+}
+
+#[cfg(feature = "metrics")]
+/// The watchdog may extend a lease once (`max_extensions(Some(1))`); after
+/// that it runs out: `reason="extension_limit"`.
+/// Catches: `LossReason::ExtensionLimit` labelled `expired`.
+#[test]
+fn a_lease_at_its_extension_cap_is_counted_as_extension_limit() {
+    let _turn = turn();
+    let cluster = RedisServers::start(3);
+    let locks = client(&cluster, |b| b.max_extensions(Some(1)));
+    let guard = locks
+        .lock_with(
+            "tc-ext-limit",
+            LockOptions::new().ttl(Duration::from_millis(1500)),
+        )
+        .unwrap();
+    assert_eq!(
+        guard.wait_lost(Duration::from_secs(5)),
+        Some(LossReason::ExtensionLimit)
+    );
+    drop(guard);
+    assert_one_loss("extension_limit");
+}
+
+#[cfg(feature = "metrics")]
+/// Releases (explicit, by drop, of a single lock and of a set) are not
+/// losses: nothing is counted under any reason, `released` included.
+/// Catches: a release counted as a loss with `reason="released"`.
+#[test]
+fn releases_are_not_counted_as_losses() {
+    let _turn = turn();
+    let cluster = RedisServers::start(3);
+    let locks = client(&cluster, |b| b);
+    locks.lock("tc-released").unwrap().release().unwrap();
+    drop(locks.lock("tc-dropped").unwrap());
+    locks
+        .lock_all(&["tc-set:a", "tc-set:b"])
+        .unwrap()
+        .release()
+        .unwrap();
+    // A ping queues behind the dropped guard's release on every instance.
+    assert!(locks.ping().iter().all(|(_, r)| r.is_ok()));
+    assert_eq!(lost_counts(), Vec::<(String, u64)>::new());
+}
+
+#[cfg(feature = "metrics")]
+/// Increases of the counter `name` since the last look, all labels.
+fn counted(name: &str) -> u64 {
+    let snapshotter = recorded::snapshotter();
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, _, _, _)| key.key().name() == name)
+        .map(|(_, _, _, value)| match value {
+            DebugValue::Counter(n) => n,
+            _ => 0,
+        })
+        .sum()
+}
+
+#[cfg(feature = "metrics")]
+/// docs/observability.md: `redfence_fence_raise_total` counts "fence raise
+/// rounds that reached a quorum". Counters made to disagree (two instances
+/// far ahead, each by another amount, so any two answers differ) force one;
+/// it is counted once.
+#[test]
+fn a_raise_round_that_reaches_a_quorum_is_counted() {
+    let _turn = turn();
+    let cluster = RedisServers::start(3);
+    let locks = client(&cluster, |b| b);
+    counted("redfence_fence_raise_total");
+    let ahead = 1u64 << 52;
+    for (i, counter) in [(0, ahead), (1, ahead / 2)] {
+        cluster
+            .server(i)
+            .cmd(&["SET", "redfence:fence:{raised}", &counter.to_string()])
+            .unwrap();
+    }
+    // Whichever two answer first, their answers disagree, so a raise round
+    // runs before the grant.
+    let guard = locks.lock("raised").unwrap();
+    let token = guard.token().get();
+    guard.release().unwrap();
+    assert!(token > ahead / 2, "{token}");
+    assert_eq!(counted("redfence_fence_raise_total"), 1);
+}
+
+#[cfg(feature = "metrics")]
+/// A cluster position's shard errors are counted under the shard's name
+/// (`cluster #i shard host:port`), so a dashboard tells which shard of
+/// which position fails.
+#[test]
+fn a_cluster_shards_errors_are_counted_under_its_name() {
+    use redfence::testing::ShardedCluster;
+    use redfence::Position;
+    let _turn = turn();
+    let positions: Vec<ShardedCluster> = (0..3).map(|_| ShardedCluster::start(2)).collect();
+    let locks = Redlock::builder(positions.iter().map(|c| Position::cluster(c.seed_urls())))
+        .instance_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let frozen = positions[0].master(1);
+    let resource = (0..10_000)
+        .map(|n| format!("shard-{n}"))
+        .find(|r| positions[0].master_for_key(&lock_key(r)) == 1)
+        .unwrap();
+    locks.lock(&resource).unwrap().release().unwrap();
+    let name = format!("cluster #0 shard 127.0.0.1:{}", frozen.port());
+    let errors_of = |instance: &str| -> u64 {
+        let snapshotter = recorded::snapshotter();
+        snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter(|(key, _, _, _)| {
+                key.key().name() == "redfence_instance_errors_total"
+                    && key
+                        .key()
+                        .labels()
+                        .any(|l| l.key() == "instance" && l.value() == instance)
+            })
+            .map(|(_, _, _, value)| match value {
+                DebugValue::Counter(n) => n,
+                _ => 0,
+            })
+            .sum()
+    };
+    errors_of(&name);
+    frozen.stop();
+    let guard = locks
+        .lock_with(&resource, LockOptions::new().wait(Duration::from_secs(5)))
+        .expect("two positions of three");
+    // Counted when the frozen shard's request times out, after the grant
+    // (the recorder resets a counter when it is read: add up the looks).
+    let mut seen = 0;
+    let counted = eventually(Duration::from_secs(3), || {
+        seen += errors_of(&name);
+        seen >= 1
+    });
+    frozen.cont();
+    guard.release().unwrap();
+    assert!(counted, "no error counted for {name}");
+}
+
+#[cfg(feature = "metrics")]
+/// Every series as the snapshot has it: name, description, value.
+fn series() -> Vec<(String, Option<String>, DebugValue)> {
+    let snapshotter = recorded::snapshotter();
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, description, value)| {
+            (
+                key.key().name().to_string(),
+                description.map(|d| d.to_string()),
+                value,
+            )
+        })
+        .collect()
+}
+
+#[cfg(feature = "metrics")]
+/// `redfence::describe_metrics()` (docs/observability.md): every series
+/// gets its description, which exporters show as help text.
+#[test]
+fn described_metrics_carry_their_help_text() {
+    let _turn = turn();
+    redfence::describe_metrics();
+    let cluster = RedisServers::start(3);
+    let _locks = client(&cluster, |b| b);
+    let described: Vec<(String, Option<String>)> = series()
+        .into_iter()
+        .filter(|(name, _, _)| name.starts_with("redfence_"))
+        .map(|(name, description, _)| (name, description))
+        .collect();
+    assert!(!described.is_empty());
+    for (name, description) in &described {
+        assert!(
+            description.as_deref().is_some_and(|d| !d.is_empty()),
+            "{name} has no description"
+        );
+    }
+}
+
+#[cfg(feature = "metrics")]
+/// `redfence_owed_releases` (docs/observability.md): releases an instance
+/// is still owed. When the client goes, nothing is retried any more, and
+/// the gauge gives back what that client owed.
+#[test]
+fn owed_releases_are_given_back_when_the_client_goes() {
+    let _turn = turn();
+    let net = Proxied::start(3);
+    let owed = || {
+        series()
+            .into_iter()
+            .filter(|(name, _, _)| name == "redfence_owed_releases")
+            .map(|(_, _, v)| match v {
+                DebugValue::Gauge(g) => g.into_inner(),
+                _ => 0.0,
+            })
+            .sum::<f64>()
+    };
+    let locks = net
+        .builder()
+        .instance_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || locks
+        .ping()
+        .iter()
+        .all(|(_, r)| r.is_ok())));
+    // The recorder hands out changes since the last look: keep the level.
+    let mut level = owed();
+    let before = level;
+    let guard = locks.lock("owed").unwrap();
+    net.set(&[2], Fault::BlackHole);
+    guard.release().unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            level += owed();
+            level >= before + 1.0
+        }),
+        "no release owed: {level}"
+    );
+    drop(locks);
+    level += owed();
+    assert_eq!(level, before, "the gauge kept what the dropped client owed");
+    net.pass_all();
+}
+
+// --- The election's series -----------------------------------------------
+
+#[cfg(feature = "metrics")]
+/// Series of `name` for election `election` since the last look: the
+/// recorder resets counters and gauges when read.
+fn election_series(snap: &Snapshotter, name: &str, election: &str) -> Vec<(Vec<String>, f64)> {
+    snap.snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| key.key().name() == name)
+        .filter(|(key, ..)| {
+            key.key()
+                .labels()
+                .any(|l| l.key() == "election" && l.value() == election)
+        })
+        .map(|(key, _, _, value)| {
+            let labels = key
+                .key()
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            let value = match value {
+                DebugValue::Counter(c) => c as f64,
+                DebugValue::Gauge(g) => g.into_inner(),
+                DebugValue::Histogram(h) => h.len() as f64,
+            };
+            (labels, value)
+        })
+        .collect()
+}
+
+#[cfg(feature = "metrics")]
+#[test]
+fn leader_gauge_and_changes_are_recorded() {
+    let _turn = turn();
+    let snap = recorded::snapshotter();
+    let cluster = RedisServers::start(3);
+    let locks = common::client(&cluster);
+    let election = locks.election("metered").unwrap();
+
+    let changes = |snap: &Snapshotter| {
+        let mut s = election_series(snap, "redfence_leader_changes_total", "metered");
+        s.sort_by(|a, b| a.0.cmp(&b.0));
+        s
+    };
+    let gauge = election_series(snap, "redfence_leader", "metered");
+    assert_eq!(gauge, [(vec!["election=metered".to_string()], 0.0)]);
+
+    let term = election.campaign().unwrap();
+    let all: Vec<_> = snap.snapshot().into_vec();
+    let leader: Vec<f64> = all
+        .iter()
+        .filter(|(k, ..)| k.key().name() == "redfence_leader")
+        .filter_map(|(_, _, _, v)| match v {
+            DebugValue::Gauge(g) => Some(g.into_inner()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(leader, [1.0]);
+    let elected = all.iter().any(|(k, _, _, v)| {
+        k.key().name() == "redfence_leader_changes_total"
+            && k.key().labels().any(|l| l.value() == "elected")
+            && matches!(v, DebugValue::Counter(1))
+    });
+    assert!(elected, "{all:?}");
+
+    term.resign().unwrap();
+    let after = changes(snap);
+    let resigned = after
+        .iter()
+        .find(|(labels, _)| labels.iter().any(|l| l == "change=resigned"))
+        .map(|(_, v)| *v);
+    assert_eq!(resigned, Some(1.0), "{after:?}");
+    assert_eq!(
+        election_series(snap, "redfence_leader", "metered")
+            .first()
+            .map(|s| s.1),
+        Some(0.0)
+    );
+
+    // A loss is recorded when the watchdog notices it, before the
+    // leadership is dropped.
+    let election = election.lease(std::time::Duration::from_secs(1));
+    let term = election.campaign().unwrap();
+    let _ = changes(snap);
+    for server in &cluster {
+        server.del("redfence:lock:{election:metered}");
+    }
+    let lost = term.loss_signal();
+    lost.recv_timeout(std::time::Duration::from_secs(3))
+        .expect("the watchdog notices");
+    let after = changes(snap);
+    let lost = after
+        .iter()
+        .find(|(labels, _)| labels.iter().any(|l| l == "change=lost"))
+        .map(|(_, v)| *v);
+    assert_eq!(lost, Some(1.0), "{after:?}");
+    drop(term);
+    let after = changes(snap);
+    assert!(
+        after.iter().all(|(_, v)| *v == 0.0),
+        "counted twice: {after:?}"
+    );
 }

@@ -2,14 +2,12 @@
 //! all of them gone when the client is.
 
 mod common;
-#[path = "common/faults.rs"]
-mod faults_common;
 
 use std::sync::Mutex;
 use std::time::Duration;
 
+use common::faults::Proxied;
 use common::{client, eventually, lock_key};
-use faults_common::Proxied;
 use redfence::testing::{Fault, RedisServers};
 use redfence::LockOptions;
 

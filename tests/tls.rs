@@ -26,6 +26,7 @@ mod with_tls {
     use std::thread;
     use std::time::Duration;
 
+    use super::common::unavailable;
     use redfence::testing::{Fault, FaultProxy, RedisServers, ServerOptions, TestPki};
     use redfence::{Error, InstanceError, InstanceErrorKind, LockOptions, Redlock};
 
@@ -69,14 +70,6 @@ mod with_tls {
 
     fn client(cluster: &RedisServers) -> Redlock {
         client_with(cluster.urls(), cluster.tls_certificates().unwrap())
-    }
-
-    /// The per-instance errors of an Unavailable error.
-    fn unavailable(result: Result<redfence::LockGuard, Error>) -> Vec<InstanceError> {
-        match result {
-            Err(Error::Unavailable { errors, .. }) => errors,
-            other => panic!("expected Unavailable, got {other:?}"),
-        }
     }
 
     fn assert_tls_errors(errors: &[InstanceError], words: &str) {

@@ -1,8 +1,7 @@
-//! Helpers of the fault-injection tests (tests/faults.rs, tests/soak.rs):
-//! a cluster with a fault proxy in front of every server, child processes
-//! that contend from outside this process, a seeded PRNG, and a Redis-backed
+//! Faults and other processes: a cluster with a fault proxy in front of
+//! every server, child processes that run one test of this binary (and
+//! report back on stdout), a seeded PRNG, and a Redis-backed
 //! read-modify-write store that several processes can share.
-#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -11,6 +10,8 @@ use std::time::Duration;
 
 use redfence::testing::{Fault, FaultProxy, RedisServers, ServerOptions};
 use redfence::{LockGuard, Redlock, RedlockBuilder};
+
+use super::lock_key;
 
 /// Five (or N) servers, each reached through its own [`FaultProxy`]: the
 /// client only knows the proxies' addresses, the test reads and writes the
@@ -56,14 +57,6 @@ impl Proxied {
             p.set_fault(Fault::Pass);
         }
     }
-}
-
-pub fn lock_key(resource: &str) -> String {
-    format!("redfence:lock:{{{resource}}}")
-}
-
-pub fn fence_key(resource: &str) -> String {
-    format!("redfence:fence:{{{resource}}}")
 }
 
 /// The lock key's value on each server (`None` where it is absent).

@@ -9,7 +9,6 @@
 //! live in a child process of the test.
 //!
 //! Linux only; through `nix`'s safe wrappers (a dev-dependency).
-#![allow(dead_code)]
 
 use std::io;
 
