@@ -211,110 +211,111 @@ m sql-fence-never-raised src/sql.rs "postgres" \
 
 # --- Rust: the lock's safety logic ------------------------------------------
 
-m drift-ignored src/acquire.rs "lock lease fencing" \
-  '.checked_sub(cfg.drift(ttl))' \
+m drift-ignored src/lock/acquire.rs "lock lease fencing" \
+  '.checked_sub(self.shared.cfg.drift(ttl))' \
   '.checked_sub(Duration::ZERO)'
 
-m watchdog-never-marks-lost src/watchdog.rs "lock lease fencing" \
-  'lease.mark_lost(LossReason::ExtensionFailed);' \
-  'let _ = LossReason::ExtensionFailed;'
+m watchdog-never-marks-lost src/lock/watchdog.rs "lock lease fencing" \
+  'out_of_retries || next_retry_end >= r.valid_until' \
+  'false && out_of_retries && next_retry_end >= r.valid_until'
 
-m no-validity-check-removed src/acquire.rs "lock lease fencing" \
+m no-validity-check-removed src/lock/acquire.rs "lock lease fencing" \
   'Some(valid_until) if Instant::now() < valid_until =>' \
   'Some(valid_until) =>'
 
-m quorum-minus-one src/quorum.rs "lock waiting lease" \
-  'self.list.len() / 2 + 1' \
-  'self.list.len() / 2'
+m quorum-minus-one src/protocol/majority.rs "lock waiting lease" \
+  'self.voters / 2 + 1' \
+  'self.voters / 2'
 
-m release-not-announced src/scripts.rs "lock waiting lease" \
-  'pipe.cmd("PUBLISH").arg(&member.keys.channel).arg("1");' \
+m release-not-announced src/protocol/scripts.rs "lock waiting lease" \
+  'pipe.cmd(announce_command(sharded))
+            .arg(&member.keys.channel)
+            .arg("1");' \
   'pipe.cmd("ECHO").arg(&member.keys.channel);'
 
-m failed-attempt-not-released src/acquire.rs "lock waiting lease" \
-  'if tally.yes.len() < quorum {
-        release_all(&|i| tally.refused(i));' \
-  'if tally.yes.len() < quorum {'
+m failed-attempt-not-released src/lock/acquire.rs "lock waiting lease" \
+  'attempt.release(|i| tally.refused(i));' \
+  'let _ = |i: usize| tally.refused(i);'
 
-m decided-on-one-yes src/quorum.rs "lock waiting lease" \
-  'tally.yes.len() >= self.quorum ||' \
-  'tally.yes.len() >= 1 ||'
+m decided-on-one-yes src/protocol/majority.rs "lock waiting lease" \
+  'self.reached(agreeing) || self.ruled_out(against)' \
+  'agreeing >= 1 || self.ruled_out(against)'
 
-m token-is-min src/acquire.rs "fencing" \
-  'let token = *answers.get(quorum.checked_sub(1)?)?;' \
+m token-is-min src/lock/acquire.rs "fencing" \
+  'let token = *answers.get(quorum.size() - 1)?;' \
   'let token = *answers.first()?;'
 
-m raise-round-skipped src/acquire.rs "fencing" \
-  'if disagree {' \
-  'if disagree && false {'
+m raise-round-skipped src/lock/acquire.rs "fencing" \
+  'if !agreed {' \
+  'if !agreed && false {'
 
-m no-proposal src/acquire.rs "fencing" \
-  'let proposal = instances.clock_proposal();' \
+m no-proposal src/lock/acquire.rs "fencing" \
+  'let proposal = self.shared.instances.clock_proposal();' \
   'let proposal = 0u64;'
 
-m extend-without-quorum src/lease.rs "lock lease fencing" \
-  'if tally.yes.len() >= quorum && now < new_valid {' \
+m extend-without-quorum src/lock/lease.rs "lock lease fencing" \
+  'if quorum.reached(tally.yes.len()) && now < new_valid {' \
   'if now < new_valid {'
 
-m extend-validity-ignores-drift src/lease.rs "lock lease fencing" \
+m extend-validity-ignores-drift src/lock/lease.rs "lock lease fencing" \
   'let validity = believed.saturating_sub(shared.cfg.drift(believed));' \
   'let validity = believed;'
 
-m not-held-not-detected src/lease.rs "lock lease fencing" \
-  'if tally.no.len() > shared.instances.len() - quorum {
+m not-held-not-detected src/lock/lease.rs "lock lease fencing" \
+  'if quorum.ruled_out(tally.no.len()) {
             lease.mark_lost_locked(&mut st, LossReason::NotHeld);' \
   'if tally.no.len() > shared.instances.len() {
             lease.mark_lost_locked(&mut st, LossReason::NotHeld);'
 
-m validity-end-not-enforced src/lease.rs "lock waiting lease" \
+m validity-end-not-enforced src/lock/lease.rs "lock waiting lease" \
   'if st.lost.is_none() && now >= st.valid_until {' \
   'if st.lost.is_none() && now >= st.valid_until + std::time::Duration::from_secs(3600) {'
 
-m watchdog-renews-at-expiry src/watchdog.rs "lease" \
-  '(renewed + believed / 3).min(st.valid_until)' \
-  'st.valid_until'
+m watchdog-renews-at-expiry src/lock/watchdog.rs "lease" \
+  '(renewed + r.believed / 3).min(r.valid_until)' \
+  'r.valid_until'
 
-m set-waiter-keeps-a-release-it-cannot-use src/client.rs "lock waiting lease fencing multi holder bad_input" \
+m set-waiter-keeps-a-release-it-cannot-use src/lock/retry.rs "lock waiting lease fencing multi holder bad_input" \
   'watch.pass_on();' \
   'let _ = &watch;'
 
-m extension-cap-ignored src/watchdog.rs "lease" \
+m extension-cap-ignored src/lock/watchdog.rs "lease" \
   'cfg.max_extensions.is_none_or(|max| extensions < max)' \
   'cfg.max_extensions.is_none_or(|max| extensions < max + 1000)'
 
-# --- Rust: the native commands (src/native.rs), on Valkey 9.1 ----------------
+# --- Rust: the native commands (src/protocol/native.rs), on Valkey 9.1 ----------------
 
-m native-probe-finds-no-delifeq src/native.rs "native" \
+m native-probe-finds-no-delifeq src/protocol/native.rs "native" \
   'delifeq: int(replies.first()),' \
   'delifeq: false,' valkey-9.1.2
 
-m native-release-never-voids src/native.rs "native" \
+m native-release-never-voids src/protocol/native.rs "native" \
   '(Form::Release { void, .. }, Some(Value::Int(0))) => Some(void),' \
   '(Form::Release { void, .. }, Some(Value::Int(2))) => Some(void),' valkey-9.1.2
 
-m native-extension-read-as-lost src/native.rs "native lease" \
+m native-extension-read-as-lost src/protocol/native.rs "native lease" \
   'Value::Okay => *first = Value::Int(1),' \
   'Value::Okay => *first = Value::Int(0),' valkey-9.1.2
 
-m native-refusal-not-retried src/instance.rs "native" \
+m native-refusal-not-retried src/transport/instance.rs "native" \
   'if Form::refused(values) {' \
   'if false {' valkey-9.1.2
 
-m native-extension-under-a-longer-belief src/lease.rs "native" \
+m native-extension-under-a-longer-belief src/lock/lease.rs "native" \
   '&& st.valid_until <= start + ttl' \
   '&& true' valkey-9.1.2
 
-m native-longer-round-believed-in-full src/lease.rs "native" \
-  'self.ttl.min(lease.native_ttl)' \
-  'self.ttl' valkey-9.1.2
+m native-longer-round-believed-in-full src/lock/lease.rs "native" \
+  'asked.min(self.native_ttl)' \
+  'asked' valkey-9.1.2
 
-m native-extension-of-a-hold src/lease.rs "late_requests" \
+m native-extension-of-a-hold src/lock/lease.rs "late_requests" \
   '&& lease.hold_until.is_none()' \
   '&& true' valkey-9.1.2
 
-m watchdog-renews-by-the-asked-ttl src/watchdog.rs "native" \
-  'let believed = lease.believed(&st, st.ttl);' \
-  'let believed = st.ttl;' valkey-9.1.2
+m watchdog-renews-by-the-asked-ttl src/lock/lease.rs "native" \
+  'believed: self.believed(st, st.ttl),' \
+  'believed: st.ttl,' valkey-9.1.2
 
 # ---------------------------------------------------------------------------
 
@@ -324,6 +325,20 @@ if [[ ${1:-} == --list ]]; then
             "${SERVER[$n]:+ (on ${SERVER[$n]})}"
     done
     exit 0
+fi
+
+# --check: every mutant's original text is still in its file exactly once
+# (no mutant went stale when the code moved); nothing is run.
+if [[ ${1:-} == --check ]]; then
+    stale=0
+    for n in "${NAMES[@]}"; do
+        if ! python3 -c 'import sys; t=open(sys.argv[1], encoding="utf-8").read(); sys.exit(t.count(sys.argv[2]) != 1)' \
+            "${FILE[$n]}" "${ORIG[$n]}" 2>/dev/null; then
+            echo "STALE     $n: original text not found exactly once in ${FILE[$n]}"
+            stale=1
+        fi
+    done
+    exit $stale
 fi
 
 selected=("$@")
