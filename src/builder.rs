@@ -289,14 +289,42 @@ impl RedlockBuilder {
     /// back.
     pub fn build(self) -> Result<Redlock, Error> {
         let positions = self.validate()?;
+        let clients = self.open_clients(&positions)?;
+        let start = VoterStart::new(&self.config, &self.tls, positions.len());
+        let mut list = Vec::with_capacity(positions.len());
+        let mut clocks = Vec::with_capacity(positions.len());
+        let mut support = Vec::with_capacity(positions.len());
+        for (index, (position, client)) in positions.into_iter().zip(&clients).enumerate() {
+            let clock = Arc::new(InstanceClock::default());
+            let native = Arc::new(native::Support::default());
+            list.push(start.voter(index, position, client.clone(), &clock, &native)?);
+            clocks.push(clock);
+            support.push(native);
+        }
+        let sources = list
+            .iter()
+            .zip(clients)
+            .map(|(voter, client)| match voter {
+                Voter::Standalone(_) => Source::Server(client),
+                Voter::Cluster(cluster) => Source::Cluster(cluster.shards()),
+            })
+            .collect();
+        let warmup = start.warmup;
         let cfg = self.config;
+        let notifier = Notifier::start(sources, cfg.connect_timeout, cfg.instance_timeout)
+            .map_err(|e| Error::invalid_config(format!("cannot start a subscriber thread: {e}")))?;
+        let shared = Shared::new(cfg, Instances::new(list, clocks, support), warmup);
+        Redlock::start(shared, notifier)
+    }
+
+    /// One client per position: its release notifications (a standalone
+    /// server's) and its worker. Every seed of a cluster is checked too.
+    fn open_clients(&self, positions: &[Checked]) -> Result<Vec<redis::Client>, Error> {
         let open = |index: usize, info: &ConnectionInfo| {
             open_client(info.clone(), &self.tls).map_err(|e| {
                 Error::invalid_config(format!("instance #{index} ({}): {e}", instance_name(info)))
             })
         };
-        // One client per position: its release notifications (a
-        // standalone server's) and its worker (`open` checks every seed).
         let mut clients = Vec::with_capacity(positions.len());
         for (index, position) in positions.iter().enumerate() {
             for info in position.all() {
@@ -304,126 +332,26 @@ impl RedlockBuilder {
             }
             clients.push(open(index, position.first())?);
         }
-        let warmup = Warmup::new(positions.len(), cfg.connect_timeout);
-        // r2d2 (re)connects in these threads, one per instance so a hung
-        // instance does not hold up reconnecting to the others.
-        let pool_threads = Arc::new(
-            scheduled_thread_pool::ScheduledThreadPool::builder()
-                .num_threads(positions.len())
-                .thread_name_pattern("redfence-connect-{}")
-                .build(),
-        );
-        let mut list = Vec::with_capacity(positions.len());
-        let mut clocks = Vec::with_capacity(positions.len());
-        let mut support = Vec::with_capacity(positions.len());
-        let thread_failed =
-            |e: std::io::Error| Error::invalid_config(format!("cannot start a worker thread: {e}"));
-        let subscriber_clients = clients.clone();
-        for (index, (position, client)) in positions.into_iter().zip(clients).enumerate() {
-            let clock = Arc::new(InstanceClock::default());
-            let native = Arc::new(native::Support::default());
-            let voter = match position {
-                Checked::Standalone(info) => {
-                    let manager = Manager::new(
-                        client,
-                        cfg.connect_timeout,
-                        cfg.instance_timeout,
-                        Arc::clone(&warmup),
-                        Arc::clone(&clock),
-                        cfg.native_commands.then(|| format!("{}probe", cfg.prefix)),
-                        Arc::clone(&native),
-                    );
-                    Voter::Standalone(
-                        Instance::start(InstanceConfig {
-                            index,
-                            name: instance_name(&info),
-                            manager,
-                            timeout: cfg.instance_timeout,
-                            queue_capacity: QUEUE_CAPACITY,
-                            max_batch: cfg.max_pipeline,
-                            thread_pool: Arc::clone(&pool_threads),
-                            clock: Arc::clone(&clock),
-                            redirect: None,
-                            thread_name: format!("redfence-instance-{index}"),
-                        })
-                        .map_err(thread_failed)?,
-                    )
-                }
-                Checked::Cluster(seeds) => {
-                    let settings = ShardSettings {
-                        template: seeds[0].clone(),
-                        tls: crate::transport::connection::copy_tls(&self.tls),
-                        connect_timeout: cfg.connect_timeout,
-                        timeout: cfg.instance_timeout,
-                        queue_capacity: QUEUE_CAPACITY,
-                        max_batch: cfg.max_pipeline,
-                        thread_pool: Arc::clone(&pool_threads),
-                        clock: Arc::clone(&clock),
-                    };
-                    Voter::Cluster(
-                        ClusterPosition::start(index, seeds, settings, Arc::clone(&warmup))
-                            .map_err(thread_failed)?,
-                    )
-                }
-            };
-            list.push(voter);
-            clocks.push(clock);
-            support.push(native);
-        }
-        let sources = list
-            .iter()
-            .zip(subscriber_clients)
-            .map(|(voter, client)| match voter {
-                Voter::Standalone(_) => Source::Server(client),
-                Voter::Cluster(cluster) => Source::Cluster(cluster.shards()),
-            })
-            .collect();
-        let notifier = Notifier::start(sources, cfg.connect_timeout, cfg.instance_timeout)
-            .map_err(|e| Error::invalid_config(format!("cannot start a subscriber thread: {e}")))?;
-        let shared = Shared::new(cfg, Instances::new(list, clocks, support), warmup);
-        Redlock::start(shared, notifier)
+        Ok(clients)
     }
 
     fn validate(&self) -> Result<Vec<Checked>, Error> {
+        let positions = self.check_positions()?;
+        self.check_tls(&positions)?;
+        check_settings(&self.config)?;
+        Ok(positions)
+    }
+
+    /// Each position's addresses parsed and checked: no server listed
+    /// twice, an odd number of positions unless even ones are allowed.
+    fn check_positions(&self) -> Result<Vec<Checked>, Error> {
         if self.instances.is_empty() {
             return Err(Error::invalid_config("no instances given"));
         }
         let mut positions = Vec::with_capacity(self.instances.len());
         let mut seen = HashSet::new();
-        let bad = |index: usize, e: &Invalid| match e {
-            Invalid::TlsUnsupported => tls_feature_missing(index),
-            Invalid::Bad(reason) => Error::invalid_config(format!(
-                "instance #{index} is not a valid Redis address: {reason}"
-            )),
-        };
         for (index, position) in self.instances.iter().enumerate() {
-            let checked = match position {
-                Kind::Standalone(parsed) => {
-                    Checked::Standalone(parsed.as_ref().map_err(|e| bad(index, e))?.clone())
-                }
-                Kind::Cluster(parsed) => {
-                    let seeds = parsed.as_ref().map_err(|e| bad(index, e))?;
-                    if seeds.is_empty() {
-                        return Err(Error::invalid_config(format!(
-                            "instance #{index} is a cluster without seed nodes: give at least one"
-                        )));
-                    }
-                    for seed in seeds {
-                        if matches!(seed.addr(), ConnectionAddr::Unix(_)) {
-                            return Err(Error::invalid_config(format!(
-                                "instance #{index}: a cluster's seed nodes are reached over TCP, \
-                                 not a Unix socket"
-                            )));
-                        }
-                        if seed.redis_settings().db() != 0 {
-                            return Err(Error::invalid_config(format!(
-                                "instance #{index}: a cluster has only database 0"
-                            )));
-                        }
-                    }
-                    Checked::Cluster(seeds.clone())
-                }
-            };
+            let checked = check_position(index, position)?;
             for info in checked.all() {
                 if matches!(info.addr(), ConnectionAddr::TcpTls { .. })
                     && !cfg!(feature = "tls-rustls")
@@ -443,8 +371,6 @@ impl RedlockBuilder {
             }
             positions.push(checked);
         }
-        #[cfg(feature = "tls-rustls")]
-        let infos: Vec<&ConnectionInfo> = positions.iter().flat_map(Checked::all).collect();
         if positions.len() % 2 == 0 && !self.allow_even {
             return Err(Error::invalid_config(format!(
                 "{} instances is an even number: it tolerates no more failures than {}; use an odd \
@@ -453,67 +379,198 @@ impl RedlockBuilder {
                 positions.len() - 1
             )));
         }
-        #[cfg(feature = "tls-rustls")]
-        if let Some(certs) = &self.tls {
-            crate::transport::tls::check_certificates(certs).map_err(Error::invalid_config)?;
-        }
-        #[cfg(feature = "tls-rustls")]
-        if self.tls.is_some()
-            && !infos
-                .iter()
-                .any(|i| matches!(i.addr(), ConnectionAddr::TcpTls { .. }))
-        {
+        Ok(positions)
+    }
+
+    /// Certificates that parse, and only where some instance uses TLS.
+    #[cfg(feature = "tls-rustls")]
+    fn check_tls(&self, positions: &[Checked]) -> Result<(), Error> {
+        let Some(certs) = &self.tls else {
+            return Ok(());
+        };
+        crate::transport::tls::check_certificates(certs).map_err(Error::invalid_config)?;
+        let any_tls = positions
+            .iter()
+            .flat_map(Checked::all)
+            .any(|i| matches!(i.addr(), ConnectionAddr::TcpTls { .. }));
+        if !any_tls {
             return Err(Error::invalid_config(
                 "tls_certificates was given but no instance is a rediss:// URL: the certificates \
                  would not be used and the connections would not be encrypted",
             ));
         }
-        let cfg = &self.config;
-        validate_prefix(&cfg.prefix)?;
-        crate::protocol::value::validate_identity(&cfg.identity)?;
-        if cfg.connect_timeout < Duration::from_millis(1)
-            || cfg.connect_timeout > Duration::from_secs(3600)
-        {
-            return Err(Error::invalid_config(
-                "connect_timeout must be between 1 ms and 1 hour",
-            ));
+        Ok(())
+    }
+
+    #[cfg(not(feature = "tls-rustls"))]
+    fn check_tls(&self, _positions: &[Checked]) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+/// One position's addresses, parsed when given, checked: a cluster needs
+/// seed nodes, over TCP, on database 0.
+fn check_position(index: usize, position: &Kind) -> Result<Checked, Error> {
+    let bad = |e: &Invalid| match e {
+        Invalid::TlsUnsupported => tls_feature_missing(index),
+        Invalid::Bad(reason) => Error::invalid_config(format!(
+            "instance #{index} is not a valid Redis address: {reason}"
+        )),
+    };
+    let seeds = match position {
+        Kind::Standalone(parsed) => {
+            return Ok(Checked::Standalone(parsed.as_ref().map_err(bad)?.clone()))
         }
-        if cfg.instance_timeout < Duration::from_millis(1) || cfg.instance_timeout > MAX_TTL {
-            return Err(Error::invalid_config(
-                "instance_timeout must be between 1 ms and 30 days (and far below the TTL)",
-            ));
-        }
-        if !(cfg.drift_factor.is_finite() && (0.0..1.0).contains(&cfg.drift_factor)) {
+        Kind::Cluster(parsed) => parsed.as_ref().map_err(bad)?,
+    };
+    if seeds.is_empty() {
+        return Err(Error::invalid_config(format!(
+            "instance #{index} is a cluster without seed nodes: give at least one"
+        )));
+    }
+    for seed in seeds {
+        if matches!(seed.addr(), ConnectionAddr::Unix(_)) {
             return Err(Error::invalid_config(format!(
-                "clock drift factor {} must be a number in 0.0..1.0",
-                cfg.drift_factor
+                "instance #{index}: a cluster's seed nodes are reached over TCP, not a Unix socket"
             )));
         }
-        if cfg.drift_floor > MAX_TTL {
-            return Err(Error::invalid_config(
-                "clock drift floor is longer than 30 days",
-            ));
+        if seed.redis_settings().db() != 0 {
+            return Err(Error::invalid_config(format!(
+                "instance #{index}: a cluster has only database 0"
+            )));
         }
-        if cfg.retry_delay < Duration::from_millis(1) || cfg.retry_delay > MAX_TTL {
-            return Err(Error::invalid_config(
-                "retry_delay must be between 1 ms and 30 days",
-            ));
+    }
+    Ok(Checked::Cluster(seeds.clone()))
+}
+
+/// The client-wide settings, each within its bounds.
+fn check_settings(cfg: &Config) -> Result<(), Error> {
+    validate_prefix(&cfg.prefix)?;
+    crate::protocol::value::validate_identity(&cfg.identity)?;
+    let within = |d: Duration, min: Duration, max: Duration| (min..=max).contains(&d);
+    let ms = Duration::from_millis(1);
+    if !within(cfg.connect_timeout, ms, Duration::from_secs(3600)) {
+        return Err(Error::invalid_config(
+            "connect_timeout must be between 1 ms and 1 hour",
+        ));
+    }
+    if !within(cfg.instance_timeout, ms, MAX_TTL) {
+        return Err(Error::invalid_config(
+            "instance_timeout must be between 1 ms and 30 days (and far below the TTL)",
+        ));
+    }
+    if !(cfg.drift_factor.is_finite() && (0.0..1.0).contains(&cfg.drift_factor)) {
+        return Err(Error::invalid_config(format!(
+            "clock drift factor {} must be a number in 0.0..1.0",
+            cfg.drift_factor
+        )));
+    }
+    if cfg.drift_floor > MAX_TTL {
+        return Err(Error::invalid_config(
+            "clock drift floor is longer than 30 days",
+        ));
+    }
+    if !within(cfg.retry_delay, ms, MAX_TTL) {
+        return Err(Error::invalid_config(
+            "retry_delay must be between 1 ms and 30 days",
+        ));
+    }
+    if cfg.max_pipeline == 0 {
+        return Err(Error::invalid_config("max_pipeline must be at least 1"));
+    }
+    if !within(cfg.fence_idle, Duration::from_secs(1), MAX_FENCE_IDLE) {
+        return Err(Error::invalid_config(
+            "fence_idle_expiry must be between 1 s and 10 years",
+        ));
+    }
+    cfg.validate(&cfg.defaults).map_err(|e| match e {
+        Error::InvalidOptions { reason } => {
+            Error::invalid_config(format!("default options: {reason}"))
         }
-        if cfg.max_pipeline == 0 {
-            return Err(Error::invalid_config("max_pipeline must be at least 1"));
+        other => other,
+    })
+}
+
+/// What starting each position's worker needs.
+struct VoterStart<'a> {
+    cfg: &'a Config,
+    tls: &'a TlsSettings,
+    warmup: Arc<Warmup>,
+    /// r2d2 (re)connects in these threads, one per instance so a hung
+    /// instance does not hold up reconnecting to the others.
+    pool_threads: Arc<scheduled_thread_pool::ScheduledThreadPool>,
+}
+
+impl<'a> VoterStart<'a> {
+    fn new(cfg: &'a Config, tls: &'a TlsSettings, positions: usize) -> Self {
+        VoterStart {
+            cfg,
+            tls,
+            warmup: Warmup::new(positions, cfg.connect_timeout),
+            pool_threads: Arc::new(
+                scheduled_thread_pool::ScheduledThreadPool::builder()
+                    .num_threads(positions)
+                    .thread_name_pattern("redfence-connect-{}")
+                    .build(),
+            ),
         }
-        if cfg.fence_idle < Duration::from_secs(1) || cfg.fence_idle > MAX_FENCE_IDLE {
-            return Err(Error::invalid_config(
-                "fence_idle_expiry must be between 1 s and 10 years",
-            ));
-        }
-        cfg.validate(&cfg.defaults).map_err(|e| match e {
-            Error::InvalidOptions { reason } => {
-                Error::invalid_config(format!("default options: {reason}"))
+    }
+
+    /// Starts the worker of position `index` (a cluster position's router
+    /// and shard workers), reading the instance's clock into `clock` and
+    /// what it runs natively into `native`.
+    fn voter(
+        &self,
+        index: usize,
+        position: Checked,
+        client: redis::Client,
+        clock: &Arc<InstanceClock>,
+        native: &Arc<native::Support>,
+    ) -> Result<Voter, Error> {
+        let cfg = self.cfg;
+        let thread_failed =
+            |e: std::io::Error| Error::invalid_config(format!("cannot start a worker thread: {e}"));
+        match position {
+            Checked::Standalone(info) => {
+                let manager = Manager::new(
+                    client,
+                    cfg.connect_timeout,
+                    cfg.instance_timeout,
+                    Arc::clone(&self.warmup),
+                    Arc::clone(clock),
+                    cfg.native_commands.then(|| format!("{}probe", cfg.prefix)),
+                    Arc::clone(native),
+                );
+                let instance = Instance::start(InstanceConfig {
+                    index,
+                    name: instance_name(&info),
+                    manager,
+                    timeout: cfg.instance_timeout,
+                    queue_capacity: QUEUE_CAPACITY,
+                    max_batch: cfg.max_pipeline,
+                    thread_pool: Arc::clone(&self.pool_threads),
+                    clock: Arc::clone(clock),
+                    redirect: None,
+                    thread_name: format!("redfence-instance-{index}"),
+                });
+                Ok(Voter::Standalone(instance.map_err(thread_failed)?))
             }
-            other => other,
-        })?;
-        Ok(positions)
+            Checked::Cluster(seeds) => {
+                let settings = ShardSettings {
+                    template: seeds[0].clone(),
+                    tls: crate::transport::connection::copy_tls(self.tls),
+                    connect_timeout: cfg.connect_timeout,
+                    timeout: cfg.instance_timeout,
+                    queue_capacity: QUEUE_CAPACITY,
+                    max_batch: cfg.max_pipeline,
+                    thread_pool: Arc::clone(&self.pool_threads),
+                    clock: Arc::clone(clock),
+                };
+                let cluster =
+                    ClusterPosition::start(index, seeds, settings, Arc::clone(&self.warmup));
+                Ok(Voter::Cluster(cluster.map_err(thread_failed)?))
+            }
+        }
     }
 }
 
