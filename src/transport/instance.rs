@@ -331,54 +331,68 @@ impl Worker {
     /// failed for lack of a connection stay in `batch` for a later retry;
     /// everything else is removed.
     fn serve(&self, batch: &mut Vec<Request>) {
-        let now = Instant::now();
-        self.drop_expired(batch, now);
+        self.drop_expired(batch, Instant::now());
         let Some(latest) = batch.iter().map(|r| r.deadline).max() else {
             return;
         };
-        let wait = latest.saturating_duration_since(now).min(self.timeout);
-        let wait = connect_wait(wait, &self.connect_error);
-        let results = match self.pool.get_timeout(wait) {
-            Ok(mut conn) => {
-                // Waiting for the connection may have taken a deadline:
-                // such a request would only arrive late.
-                self.drop_expired(batch, Instant::now());
-                if batch.is_empty() {
-                    return;
-                }
-                let results = self.execute(&mut conn, batch);
-                if !found_dead(&results) {
-                    results
-                } else {
-                    // A pooled connection to a process that since exited (a
-                    // restart) fails at once: send the batch again, once, on
-                    // a fresh connection. Should the first one have been
-                    // applied after all, the scripts take it twice: an
-                    // acquire finds its own value and grants again.
-                    drop(conn);
-                    let wait = latest
-                        .saturating_duration_since(Instant::now())
-                        .min(self.timeout);
-                    match self.pool.get_timeout(wait) {
-                        Ok(mut fresh) => self.execute(&mut fresh, batch),
-                        Err(_) => results,
-                    }
-                }
-            }
-            Err(e) => {
-                let err = connect_failure(&self.name, &e, &self.connect_error);
-                vec![Err(err); batch.len()]
-            }
+        let Some(results) = self.run_batch(batch, latest) else {
+            return;
         };
         self.health.observe(&results);
+        let unreachable = results
+            .iter()
+            .any(|r| matches!(r, Err(e) if e.kind() != InstanceErrorKind::Server));
         if let Some(router) = self.redirect.as_ref().and_then(Weak::upgrade) {
-            if results
-                .iter()
-                .any(|r| matches!(r, Err(e) if e.kind() != InstanceErrorKind::Server))
-            {
+            if unreachable {
                 router.unreachable();
             }
         }
+        *batch = self.answer(batch, results);
+    }
+
+    /// Runs the batch on a pooled connection, waiting for one at most
+    /// until the latest deadline (or the timeout); `None` when every
+    /// request's deadline passed meanwhile.
+    fn run_batch(&self, batch: &mut Vec<Request>, latest: Instant) -> Option<Vec<Replies>> {
+        let wait = latest
+            .saturating_duration_since(Instant::now())
+            .min(self.timeout);
+        let wait = connect_wait(wait, &self.connect_error);
+        let mut conn = match self.pool.get_timeout(wait) {
+            Ok(conn) => conn,
+            Err(e) => {
+                let err = connect_failure(&self.name, &e, &self.connect_error);
+                return Some(vec![Err(err); batch.len()]);
+            }
+        };
+        // Waiting for the connection may have taken a deadline: such a
+        // request would only arrive late.
+        self.drop_expired(batch, Instant::now());
+        if batch.is_empty() {
+            return None;
+        }
+        let results = self.execute(&mut conn, batch);
+        if !found_dead(&results) {
+            return Some(results);
+        }
+        // A pooled connection to a process that since exited (a restart)
+        // fails at once: send the batch again, once, on a fresh connection.
+        // Should the first one have been applied after all, the scripts
+        // take it twice: an acquire finds its own value and grants again.
+        drop(conn);
+        let wait = latest
+            .saturating_duration_since(Instant::now())
+            .min(self.timeout);
+        Some(match self.pool.get_timeout(wait) {
+            Ok(mut fresh) => self.execute(&mut fresh, batch),
+            Err(_) => results,
+        })
+    }
+
+    /// Answers each request with its replies (or hands it to the cluster's
+    /// router when its shard redirected it), and returns the releases that
+    /// must be tried again.
+    fn answer(&self, batch: &mut Vec<Request>, results: Vec<Replies>) -> Vec<Request> {
         let mut retry = Vec::new();
         for (req, result) in batch.drain(..).zip(results) {
             let Some(mut req) = self.follow_redirect(req, &result) else {
@@ -400,7 +414,7 @@ impl Worker {
                 retry.extend(kept);
             }
         }
-        *batch = retry;
+        retry
     }
 
     /// Hands a request its shard redirected to the cluster's router, which
@@ -483,6 +497,15 @@ impl Worker {
                 Err(e) => return vec![failed(conn, e); batch.len()],
             }
         }
+        let mut results = self.read_replies(conn, batch);
+        self.finish_native(conn, batch, &forms, &mut results);
+        self.retry_noscript(conn, batch, &mut results);
+        results
+    }
+
+    /// Reads each request's replies in order; the first I/O error or
+    /// timeout fails the rest of the batch and retires the connection.
+    fn read_replies(&self, conn: &mut Conn, batch: &[Request]) -> Vec<Replies> {
         let mut results = Vec::with_capacity(batch.len());
         for req in batch {
             let mut values = Vec::with_capacity(req.commands + 1);
@@ -490,7 +513,8 @@ impl Worker {
                 match conn.inner.recv_response() {
                     Ok(value) => values.push(value),
                     Err(e) => {
-                        let err = failed(conn, e);
+                        conn.broken = true;
+                        let err = Err(InstanceError::from_redis(&self.name, &e));
                         results.resize(batch.len(), err);
                         return results;
                     }
@@ -503,8 +527,6 @@ impl Worker {
             }
             results.push(Ok(values));
         }
-        self.finish_native(conn, batch, &forms, &mut results);
-        self.retry_noscript(conn, batch, &mut results);
         results
     }
 
