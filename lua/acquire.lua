@@ -23,7 +23,7 @@
 --
 -- Everything is checked before anything is written: a script that fails
 -- half-way keeps what it wrote.
--- Must match PROPOSAL_WINDOW_MICROS in src/scripts.rs.
+-- Must match PROPOSAL_WINDOW_MICROS in src/protocol/scripts.rs.
 local EPS = 5000
 local n = #KEYS - 1
 if redis.call('EXISTS', KEYS[#KEYS]) == 1 then

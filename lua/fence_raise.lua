@@ -16,7 +16,7 @@
 -- clock, and a token handed out lies within MAX_AHEAD of the clock of every
 -- instance of its quorum: a lost counter recreated more than MAX_AHEAD
 -- after a grant counts above it (docs/protocol.md, tests/model_fencing.rs).
--- Must match MAX_AHEAD_MICROS in src/scripts.rs.
+-- Must match MAX_AHEAD_MICROS in src/protocol/scripts.rs.
 local MAX_AHEAD = 1000000
 local current = redis.call('GET', KEYS[2])
 if current and not string.match(current, '^%d+$') then

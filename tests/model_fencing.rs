@@ -28,7 +28,7 @@
 //!   compare-and-delete, an extension a compare-and-pexpire: whether the
 //!   instance runs `lua/release.lua` and `lua/extend.lua` or, where it has
 //!   them, the native `DELIFEQ` / `DELEX … IFEQ` and `SET … IFEQ … PX`
-//!   (`src/native.rs`), they only ever remove or keep a key holding the
+//!   (`src/protocol/native.rs`), they only ever remove or keep a key holding the
 //!   caller's value, which "vanish at any time" covers. Neither touches a
 //!   counter. How long an extension keeps a key is `tests/model_lease.rs`'s
 //!   concern, which models the native extension's own rules.

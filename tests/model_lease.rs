@@ -1,5 +1,5 @@
 //! Model checks of the lease rules that late requests could break, with
-//! [stateright]: extensions (`lua/extend.lua`, `src/lease.rs`) and the
+//! [stateright]: extensions (`lua/extend.lua`, `src/lock/lease.rs`) and the
 //! clean-up of a failed attempt (`lua/release.lua`, `lua/acquire.lua`).
 //!
 //! Abstract models, no Redis and no code from the crate: what the scripts
@@ -30,7 +30,7 @@
 //!   a later long one succeeded, and cuts the keys short under the client's
 //!   belief.
 //! * The native extension on servers that have it (`SET key value IFEQ
-//!   value PX ttl`, Valkey 8.1+ and Redis 8.4+; `src/native.rs`) is a
+//!   value PX ttl`, Valkey 8.1+ and Redis 8.4+; `src/protocol/native.rs`) is a
 //!   compare-and-pexpire *without* GT. It keeps the property as the client
 //!   uses it: only for rounds that ask the lease's own TTL, only while the
 //!   client believes the lease for no longer than that TTL from now (so the

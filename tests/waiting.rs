@@ -165,7 +165,7 @@ const TURN_BOUND: Duration = Duration::from_millis(100);
 
 /// Contract (README "How it works", Waiting: "Within one client, waiters
 /// take turns: a release wakes the longest-waiting call, and a new call
-/// queues behind those already waiting instead of barging in"; src/notify.rs:
+/// queues behind those already waiting instead of barging in"; src/transport/notify/:
 /// a wake-up the woken call did not use is handed on to the next in line).
 /// Three threads of one client wait for a resource that another client
 /// holds; when it is released, each of them must get its turn, one after the

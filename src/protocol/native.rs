@@ -16,7 +16,7 @@
 //!   (`lua/release.lua`): the worker writes it right after, on the same
 //!   connection, when the answer is 0.
 //! - `SET … IFEQ … PX` sets the expiry it is given, where `lua/extend.lua`
-//!   only moves it later (`GT`). `src/lease.rs` sends it only under the
+//!   only moves it later (`GT`). `src/lock/lease.rs` sends it only under the
 //!   rules `tests/model_lease.rs` checks.
 
 use std::sync::atomic::{AtomicBool, Ordering};
