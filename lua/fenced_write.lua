@@ -4,7 +4,7 @@
 -- KEYS[1] highest-token key, KEYS[2] data key
 -- ARGV[1] token, ARGV[2] value
 -- Returns 1 when written, 0 when refused as stale (the caller's lease ran
--- out and a newer holder has written since).
+-- out and a newer holder has read with fenced_read.lua or written since).
 local highest = redis.call('GET', KEYS[1])
 if highest and tonumber(highest) > tonumber(ARGV[1]) then
   return 0

@@ -10,7 +10,8 @@
 //! ```
 //!
 //! See [`crate::sql`] for the forms that stay correct under concurrent
-//! transactions, including read-modify-write.
+//! transactions, including read-modify-write. For Redis, a read-modify-write
+//! reads with [`fenced_get`] and writes with [`fenced_set`].
 
 use std::sync::LazyLock;
 
@@ -20,10 +21,17 @@ use crate::FencingToken;
 
 static FENCED_WRITE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/fenced_write.lua")));
+static FENCED_READ: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/fenced_read.lua")));
 
-/// Writes `value` to `key` unless a write with a newer token reached `key`
-/// first. Returns `Ok(true)` when written, `Ok(false)` when refused as
-/// stale. The highest token is kept in `<key>:redfence-token`.
+/// Where a key's fence (the highest token that read or wrote it) is kept.
+fn fence_key(key: &str) -> String {
+    format!("{key}:redfence-token")
+}
+
+/// Writes `value` to `key` unless a newer token read ([`fenced_get`]) or
+/// wrote `key` first. Returns `Ok(true)` when written, `Ok(false)` when
+/// refused as stale. The highest token is kept in `<key>:redfence-token`.
 ///
 /// The same holder may write several times with its token; a holder whose
 /// lease ran out is refused as soon as the next holder has written.
@@ -46,9 +54,44 @@ where
     V: ToRedisArgs,
 {
     FENCED_WRITE
-        .key(format!("{key}:redfence-token"))
+        .key(fence_key(key))
         .key(key)
         .arg(token.get())
         .arg(value)
+        .invoke(conn)
+}
+
+/// Reads `key` for a read-modify-write and raises its fence to `token`, in
+/// one script: from then on a write with an older token (a holder whose
+/// lease ran out after its own read) is refused by [`fenced_set`], so two
+/// holders can never both write a value computed from the same read.
+///
+/// Returns the value (`None` when the key is absent). A token older than
+/// the key's fence is an error (code `STALE`): a newer holder has read or
+/// written the key, and this one must stop.
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use redfence::{fenced_get, fenced_set, Redlock};
+///
+/// let locks = Redlock::new(["redis://127.0.0.1:7001"])?;
+/// let mut store = redis::Client::open("redis://127.0.0.1:6379")?.get_connection()?;
+/// let guard = locks.lock("counter")?;
+/// let seen: u64 = fenced_get(&mut store, "counter", guard.token())?
+///     .map_or(Ok(0), |v| v.parse())?;
+/// if !fenced_set(&mut store, "counter", guard.token(), seen + 1)? {
+///     eprintln!("refused: a newer holder has read or written the counter");
+/// }
+/// # Ok(()) }
+/// ```
+pub fn fenced_get<C: ConnectionLike>(
+    conn: &mut C,
+    key: &str,
+    token: FencingToken,
+) -> RedisResult<Option<String>> {
+    FENCED_READ
+        .key(fence_key(key))
+        .key(key)
+        .arg(token.get())
         .invoke(conn)
 }

@@ -192,7 +192,7 @@ pub use builder::RedlockBuilder;
 pub use client::Redlock;
 pub use election::{Election, LeaderEvent, LeaderInfo, Leadership};
 pub use error::{Error, InstanceError, InstanceErrorKind, LossReason};
-pub use fenced::fenced_set;
+pub use fenced::{fenced_get, fenced_set};
 pub use guard::{LockGuard, MultiGuard};
 pub use holder::Holder;
 pub use lock::config::MAX_TTL;

@@ -13,7 +13,7 @@ use common::{
     assert_left_alone, builder, client, eventually, fence_key, holders, lock_key, take_away, warm,
 };
 use redfence::testing::{Fault, RedisServers};
-use redfence::{Error, LockOptions};
+use redfence::{Error, FencingToken, LockOptions};
 
 /// The machine's clock in microseconds: the instances here share it.
 fn now_micros() -> u64 {
@@ -371,6 +371,92 @@ fn fenced_set_refuses_writes_older_than_the_newest_token() {
     assert!(redfence::fenced_set(&mut store, "doc", new.token(), "v3").unwrap());
     assert!(!redfence::fenced_set(&mut store, "doc", old_token, "stale").unwrap());
     assert_eq!(storage.get("doc").as_deref(), Some("v3"));
+}
+
+/// One read-modify-write of a counter: A reads, its lease runs out, B
+/// locks and reads the same value, then A writes (late) and B writes. `read`
+/// is how both read. Returns how many of the two writes were accepted and
+/// the counter's final value.
+fn increment_twice(read: fn(&mut redis::Connection, &str, FencingToken) -> u64) -> (u64, u64) {
+    use redfence::testing::RedisServer;
+    let cluster = RedisServers::start(3);
+    let storage = RedisServer::start();
+    let mut store = storage.connection();
+    let locks = client(&cluster);
+    storage.cmd(&["SET", "counter", "100"]).unwrap();
+    let short = LockOptions::new()
+        .ttl(Duration::from_millis(300))
+        .auto_extend(false);
+    let a = locks.lock_with("counter", short).unwrap();
+    let a_read = read(&mut store, "counter", a.token());
+    a.ensure_held().unwrap();
+    // A stalls here; its lease runs out and B gets the lock.
+    let b = locks
+        .lock_with("counter", LockOptions::new().wait(Duration::from_secs(5)))
+        .unwrap();
+    assert!(!a.is_held());
+    let b_read = read(&mut store, "counter", b.token());
+    assert_eq!(a_read, b_read, "both read before either wrote");
+    let a_wrote = redfence::fenced_set(&mut store, "counter", a.token(), a_read + 1).unwrap();
+    let b_wrote = redfence::fenced_set(&mut store, "counter", b.token(), b_read + 1).unwrap();
+    let final_value = storage.get("counter").unwrap().parse().unwrap();
+    (u64::from(a_wrote) + u64::from(b_wrote), final_value)
+}
+
+/// With a plain `GET`, a stalled holder's increment is accepted and the
+/// next holder's, computed from the same read, too: one update is lost.
+#[test]
+fn a_plain_read_lets_two_holders_write_from_the_same_value() {
+    fn get(store: &mut redis::Connection, key: &str, _: FencingToken) -> u64 {
+        redis::cmd("GET")
+            .arg(key)
+            .query::<String>(store)
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+    let (accepted, final_value) = increment_twice(get);
+    assert_eq!(accepted, 2);
+    assert_eq!(final_value, 101, "two increments accepted, one lost");
+}
+
+/// `fenced_get` raises the key's fence when the newer holder reads, so the
+/// stalled holder's late write is refused: every accepted increment counts.
+#[test]
+fn fenced_get_refuses_a_write_computed_before_a_newer_read() {
+    fn fenced(store: &mut redis::Connection, key: &str, token: FencingToken) -> u64 {
+        redfence::fenced_get(store, key, token)
+            .unwrap()
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+    let (accepted, final_value) = increment_twice(fenced);
+    assert_eq!(accepted, 1, "only the newer holder's write stands");
+    assert_eq!(final_value, 100 + accepted);
+}
+
+/// A read with a token older than the key's fence is an error: the reader
+/// must stop. The holder that raised the fence reads and writes again.
+#[test]
+fn fenced_get_with_an_older_token_is_refused_as_stale() {
+    use redfence::testing::RedisServer;
+    let cluster = RedisServers::start(3);
+    let storage = RedisServer::start();
+    let mut store = storage.connection();
+    let locks = client(&cluster);
+    let older = locks.lock("doc").unwrap().token();
+    let newer = locks.lock("doc").unwrap().token();
+    assert_eq!(
+        redfence::fenced_get(&mut store, "doc", newer).unwrap(),
+        None
+    );
+    assert!(redfence::fenced_set(&mut store, "doc", newer, "new").unwrap());
+    let err = redfence::fenced_get(&mut store, "doc", older).unwrap_err();
+    assert_eq!(err.code(), Some("STALE"), "{err}");
+    assert!(!redfence::fenced_set(&mut store, "doc", older, "old").unwrap());
+    let again = redfence::fenced_get(&mut store, "doc", newer).unwrap();
+    assert_eq!(again.as_deref(), Some("new"));
 }
 
 #[test]
