@@ -195,6 +195,16 @@ m fenced-write-refuses-same-token lua/fenced_write.lua "fencing" \
   "if highest and tonumber(highest) > tonumber(ARGV[1]) then" \
   "if highest and tonumber(highest) >= tonumber(ARGV[1]) then"
 
+# --- lua/fenced_read.lua -----------------------------------------------------
+
+m fenced-read-leaves-the-fence lua/fenced_read.lua "fencing" \
+  "redis.call('SET', KEYS[1], ARGV[1])" \
+  "redis.call('EXISTS', KEYS[1])"
+
+m fenced-read-accepts-stale lua/fenced_read.lua "fencing" \
+  "if highest and tonumber(highest) > tonumber(ARGV[1]) then" \
+  "if highest and tonumber(highest) > tonumber(ARGV[1]) + 1000000 then"
+
 # --- The SQL recipe (src/sql.rs) ---------------------------------------------
 
 m sql-fence-accepts-stale src/sql.rs "postgres" \
