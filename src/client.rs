@@ -241,6 +241,32 @@ impl Redlock {
         crate::holder::read(self.shared(), resource, &target.members[0].keys)
     }
 
+    /// Deletes the lock of `resource` on every instance, whoever holds it,
+    /// and wakes its waiters: for an operator, after a holder crashed with
+    /// a long TTL or a hold ([`LockOptions::hold_at_least`]) must end early.
+    /// The fence counters stay, so the next grant's token is higher than
+    /// every earlier one and a fenced store still refuses the old holder's
+    /// late writes. Returns who held it, as [`holder`](Self::holder) read
+    /// it just before, once a quorum of instances confirmed the delete;
+    /// fails with [`Error::Unavailable`] when fewer than a quorum did (the
+    /// instances that answered no longer hold it).
+    ///
+    /// Not for a holder that is still working: it believes it holds the
+    /// lock until its next extension fails, so two holders may run at
+    /// once, and only fencing protects the storage then.
+    ///
+    /// ```no_run
+    /// # let locks = redfence::Redlock::new(["redis://127.0.0.1:7001"])?;
+    /// if let Some(was) = locks.force_release("nightly-report")? {
+    ///     println!("released the lock held by {:?}", was.identity);
+    /// }
+    /// # Ok::<(), redfence::Error>(())
+    /// ```
+    pub fn force_release(&self, resource: &str) -> Result<Option<crate::Holder>, Error> {
+        let target = Target::one(&self.shared().cfg.prefix, resource)?;
+        crate::holder::force_release(self.shared(), resource, &target.members[0].keys)
+    }
+
     /// This client's identity, as others see it
     /// ([`RedlockBuilder::identity`](crate::RedlockBuilder::identity)).
     pub fn identity(&self) -> &str {

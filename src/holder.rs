@@ -120,6 +120,53 @@ pub(crate) fn read(shared: &Shared, name: &str, keys: &Keys) -> Result<Option<Ho
     Ok(agreed_holder(&tally.yes, quorum, start.elapsed()))
 }
 
+/// Reads the holder, then deletes the lock on every instance whoever holds
+/// it (see [`Redlock::force_release`](crate::Redlock::force_release)).
+pub(crate) fn force_release(
+    shared: &Shared,
+    name: &str,
+    keys: &Keys,
+) -> Result<Option<Holder>, Error> {
+    // Who held it is told when known. A key of another type under the
+    // lock's name is someone else's data: left alone.
+    let held = match read(shared, name, keys) {
+        Ok(held) => held,
+        Err(e @ Error::WrongType { .. }) => return Err(e),
+        Err(_) => None,
+    };
+    let pack = |sharded| scripts::force_release(keys, sharded);
+    let on_cluster = || pack(true);
+    let out = Outgoing::to_slot(keys.slot, pack(false)).on_cluster(&on_cluster);
+    let deadline = shared.round_deadline();
+    let tally = shared
+        .instances
+        .round(&out, deadline, deleted)
+        .wait_all(deadline);
+    let quorum = shared.instances.quorum();
+    if !quorum.reached(tally.yes.len()) {
+        let granted = tally.yes.len();
+        return Err(Error::unavailable(
+            name,
+            quorum.size(),
+            granted,
+            tally.failed,
+        ));
+    }
+    Ok(held)
+}
+
+/// A forced release's `DEL` (then its announcement): done whether the key
+/// was there or not.
+fn deleted(values: &[Value]) -> Vote<(), ()> {
+    if let Some(vote) = error_reply(values) {
+        return vote;
+    }
+    match values.first() {
+        Some(Value::Int(_)) => Vote::Yes(()),
+        _ => unexpected("DEL", values),
+    }
+}
+
 /// The holder a quorum of the readings names, if any: by value, not
 /// identity, since a client that holds the lock again may have left its
 /// earlier value (and that value's term) on an instance.

@@ -1477,3 +1477,32 @@ fn status_names_the_kind_of_each_instance_error() {
         assert!(kind.is_empty() || error.len() > kind.len(), "{errors:?}");
     }
 }
+
+/// `redfence unlock`, as an operator runs it after a holder crashed with a
+/// long TTL: it names the holder, deletes the lock on every instance and
+/// leaves the fence counter; with a majority down it exits 69.
+#[test]
+fn unlock_deletes_a_lock_held_elsewhere_and_keeps_the_counter() {
+    let cluster = RedisServers::start(3);
+    let locks = builder(&cluster).identity("stuck-host:42").build().unwrap();
+    let long = redfence::LockOptions::new()
+        .ttl(Duration::from_secs(120))
+        .auto_extend(false);
+    let _stuck = locks.lock_with("report", long).unwrap();
+    let out = output(redfence(&cluster).args(["unlock", "report"]));
+    assert_eq!(code(out.status), 0, "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out).trim(),
+        "report: released (held by stuck-host:42)"
+    );
+    assert_eq!(holders(&cluster, "report"), 0);
+    assert!(cluster.iter().all(|s| s.exists(&fence_key("report"))));
+
+    cluster.server(0).stop();
+    cluster.server(1).stop();
+    let out = output(redfence(&cluster).args(["--instance-timeout", "200ms", "unlock", "report"]));
+    cluster.server(0).cont();
+    cluster.server(1).cont();
+    assert_eq!(code(out.status), 69, "{}", stderr(&out));
+    assert!(stderr(&out).contains("report"), "{}", stderr(&out));
+}

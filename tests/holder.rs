@@ -318,3 +318,76 @@ fn two_holders_of_one_instance_each_name_nobody() {
         .server(2)
         .exists(&lock_key("split"))));
 }
+
+/// An operator's unlock: the lock goes on every instance whoever holds it,
+/// its waiters are woken at once, the fence counter stays (the next token
+/// is higher), and the old holder finds out at its next extension.
+#[test]
+fn force_release_deletes_the_lock_whoever_holds_it_and_keeps_the_counter() {
+    let cluster = RedisServers::start(3);
+    let holder = builder(&cluster).identity("crashed-job").build().unwrap();
+    let operator = builder(&cluster).identity("operator").build().unwrap();
+    let long = LockOptions::new()
+        .ttl(Duration::from_secs(120))
+        .auto_extend(false);
+    let old = holder.lock_with("nightly", long).unwrap();
+    let waiter = std::thread::spawn({
+        let waiter = builder(&cluster).identity("next-job").build().unwrap();
+        move || {
+            let wait = LockOptions::new().wait(Duration::from_secs(30));
+            waiter.lock_with("nightly", wait).map(|g| g.token())
+        }
+    });
+    assert!(eventually(Duration::from_secs(5), || common::subscribers(
+        &cluster, "nightly"
+    ) >= 2));
+    let was = operator
+        .force_release("nightly")
+        .unwrap()
+        .expect("a holder");
+    assert_eq!(was.identity.as_deref(), Some("crashed-job"));
+    // Woken by the unlock, long before the 120 s lease could run out.
+    let next = waiter.join().unwrap().expect("the waiter gets the lock");
+    assert!(
+        next > old.token(),
+        "the counter stayed: {next} > {}",
+        old.token()
+    );
+    assert!(matches!(
+        old.extend(Duration::from_secs(120)),
+        Err(Error::Lost { .. })
+    ));
+}
+
+/// An unlock needs a quorum; a key of another type under the lock's name
+/// is someone else's data and is left alone.
+#[test]
+fn force_release_needs_a_quorum_and_leaves_foreign_keys_alone() {
+    let net = Proxied::start(3);
+    let locks = net.builder().build().unwrap();
+    let _held = locks.lock("report").unwrap();
+    net.set(&[0, 1], Fault::BlackHole);
+    assert!(matches!(
+        locks.force_release("report"),
+        Err(Error::Unavailable { .. })
+    ));
+    net.pass_all();
+    assert_eq!(
+        holders(&net.cluster, "report"),
+        2,
+        "only the reachable one lost it"
+    );
+
+    let cluster = RedisServers::start(3);
+    for server in &cluster {
+        server
+            .cmd(&["HSET", &lock_key("foreign"), "f", "v"])
+            .unwrap();
+    }
+    let locks = builder(&cluster).build().unwrap();
+    assert!(matches!(
+        locks.force_release("foreign"),
+        Err(Error::WrongType { .. })
+    ));
+    assert_eq!(holders(&cluster, "foreign"), 3);
+}

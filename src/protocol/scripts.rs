@@ -246,6 +246,20 @@ pub(crate) fn term_and_announce(
     (pipe.get_packed_pipeline().into(), 2)
 }
 
+/// A forced release ([`Redlock::force_release`](crate::Redlock::force_release)):
+/// `DEL` of the lock key whoever holds it, then the announcement that wakes
+/// waiters (`SPUBLISH` with `sharded`): two commands. The fence counter
+/// stays. A key that vanishes at any moment is what an expiry does too:
+/// the models let every lock key vanish at any time.
+pub(crate) fn force_release(keys: &Keys, sharded: bool) -> (Arc<[u8]>, usize) {
+    let mut pipe = redis::pipe();
+    pipe.cmd("DEL").arg(&keys.lock);
+    pipe.cmd(announce_command(sharded))
+        .arg(&keys.channel)
+        .arg("1");
+    (pipe.get_packed_pipeline().into(), 2)
+}
+
 /// How a release is announced: `SPUBLISH` on a cluster position, where it
 /// goes to the channel's shard only (a `PUBLISH` goes to every node).
 fn announce_command(sharded: bool) -> &'static str {

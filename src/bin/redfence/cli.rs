@@ -118,6 +118,10 @@ pub enum Command {
     /// Show each instance's round trip or error.
     #[command(after_help = exit::inspect_table())]
     Ping(PingArgs),
+    /// Delete a resource's lock on every instance, whoever holds it; its
+    /// fence counter stays. Only for a holder that is gone.
+    #[command(after_help = exit::unlock_table())]
+    Unlock(UnlockArgs),
 }
 
 #[derive(Debug, Args)]
@@ -191,6 +195,12 @@ pub struct StatusArgs {
     /// Print JSON on stdout.
     #[arg(long, env = "REDFENCE_JSON", value_parser = FalseyValueParser::new())]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct UnlockArgs {
+    /// The resource whose lock to delete.
+    pub resource: String,
 }
 
 #[derive(Debug, Args)]

@@ -105,6 +105,17 @@ pub fn inspect_table() -> String {
     )
 }
 
+/// The exit codes of `unlock`, for its `--help`.
+pub fn unlock_table() -> String {
+    format!(
+        "Exit codes:
+  0      a quorum of instances confirmed the delete
+  {USAGE:<6} bad arguments (EX_USAGE)
+  {UNAVAILABLE:<6} fewer than a quorum of instances confirmed it (EX_UNAVAILABLE)
+  {CONFIG:<6} bad URL, TLS file or setting; foreign values in the lock's key (EX_CONFIG)"
+    )
+}
+
 /// A library message in the command line's terms: the flags to use
 /// instead of the builder calls it names.
 pub fn cli_terms(message: &str) -> String {

@@ -1,6 +1,7 @@
 //! `redfence`: run a command under a Redlock distributed lock, with its
 //! fencing token in the environment, stopped before its lease can run out;
-//! and inspect locks (`status`) and instances (`ping`).
+//! inspect locks (`status`) and instances (`ping`); delete a lock whose
+//! holder is gone (`unlock`).
 //!
 //! Built with `--features cli`. The README's "Command line" section is the
 //! user's manual: exit codes, environment, what happens on loss.
@@ -24,6 +25,7 @@ mod ping;
 mod run;
 mod signals;
 mod status;
+mod unlock;
 
 use std::process::ExitCode;
 
@@ -52,6 +54,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(&cli.common, args, &log),
         Command::Status(args) => status::status(&cli.common, &args),
         Command::Ping(args) => ping::ping(&cli.common, &args),
+        Command::Unlock(args) => unlock::unlock(&cli.common, &args),
     };
     ExitCode::from(match result {
         Ok(code) => code,
