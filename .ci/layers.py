@@ -25,7 +25,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 LAYERS = ["base", "protocol", "transport", "lock", "api"]
-BASE = {"error", "token", "options", "telemetry", "address"}
+BASE = {"error", "token", "options", "telemetry", "address", "cancel"}
 SKIP = {"bin", "testing"}
 
 

@@ -293,6 +293,16 @@ m extension-cap-ignored src/lock/watchdog.rs "lease" \
   'cfg.max_extensions.is_none_or(|max| extensions < max)' \
   'cfg.max_extensions.is_none_or(|max| extensions < max + 1000)'
 
+m cancel-ignored-in-pause src/lock/retry.rs "waiting" \
+  'let _ = stop.recv_timeout(pause);' \
+  'let _ = stop; std::thread::sleep(pause);'
+
+m cancelled-grant-kept src/client.rs "waiting" \
+  'if cancelled {
+            crate::lock::lease::send_release(self.shared(), &lease, false);' \
+  'if cancelled && false {
+            crate::lock::lease::send_release(self.shared(), &lease, false);'
+
 # --- Rust: the native commands (src/protocol/native.rs), on Valkey 9.1 ----------------
 
 m native-probe-finds-no-delifeq src/protocol/native.rs "native" \

@@ -7,7 +7,7 @@ use redis::Value;
 
 use crate::error::{InstanceError, NO_ANSWER};
 use crate::guard::{KeepAlive, LockGuard, MultiGuard};
-use crate::lock::acquire;
+use crate::lock::acquire::{self, Grant};
 use crate::lock::lease::Lease;
 use crate::lock::retry::Waiting;
 use crate::lock::shared::Shared;
@@ -190,11 +190,18 @@ impl Redlock {
             .map(|m| m.keys.channel.as_str())
             .collect();
         let deadline = Instant::now() + options.get_wait();
-        let mut waiting = Waiting::new(shared, &self.inner.notifier, channels, deadline);
+        let cancel = options.get_cancel();
+        let mut waiting = Waiting::new(shared, &self.inner.notifier, channels, deadline, cancel);
+        let cancelled = || Error::Cancelled {
+            resource: target.name.clone(),
+        };
         if options.get_wait() > Duration::ZERO {
             waiting.queue_behind_others();
         }
         loop {
+            if waiting.cancelled() {
+                return Err(cancelled());
+            }
             *attempts += 1;
             waiting.before_attempt();
             let attempt_start = Instant::now();
@@ -207,19 +214,38 @@ impl Redlock {
                     .map(|grant| grant.tokens.as_slice())
                     .map_err(|failure| (&failure.error, failure.granted)),
             );
-            match result {
+            let failure = match result {
                 Ok(grant) => {
-                    waiting.granted();
-                    let lease = Arc::new(Lease::new(target, grant, &options));
-                    self.inner.watchdog.watch(&lease);
-                    return Ok(lease);
+                    let cancelled = waiting.granted();
+                    return self.take_grant(cancelled, target, grant, &options);
                 }
-                Err(failure) => {
-                    let error = failure.error.with_attempts(*attempts);
-                    waiting.before_retry(error, failure.granted, attempt_start)?;
-                }
+                Err(failure) => failure,
+            };
+            if waiting.cancelled() {
+                return Err(cancelled());
             }
+            let error = failure.error.with_attempts(*attempts);
+            waiting.before_retry(error, failure.granted, attempt_start)?;
         }
+    }
+
+    /// A grant becomes a lease the watchdog keeps; one granted while the
+    /// call was being cancelled is released at once.
+    fn take_grant(
+        &self,
+        cancelled: bool,
+        target: Target,
+        grant: Grant,
+        options: &LockOptions,
+    ) -> Result<Arc<Lease>, Error> {
+        let lease = Arc::new(Lease::new(target, grant, options));
+        if cancelled {
+            crate::lock::lease::send_release(self.shared(), &lease, false);
+            let resource = lease.target.name.clone();
+            return Err(Error::Cancelled { resource });
+        }
+        self.inner.watchdog.watch(&lease);
+        Ok(lease)
     }
 
     /// Who holds `resource`, read on every instance: the identity a quorum

@@ -98,6 +98,15 @@ impl Election {
         self
     }
 
+    /// Lets `cancel` stop a campaign from another thread:
+    /// [`campaign`](Self::campaign) (and [`run`](Self::run) while it
+    /// campaigns) then return [`Error::Cancelled`] within one instance
+    /// timeout. A leadership already won is not affected: resign it.
+    pub fn cancel(mut self, cancel: &crate::Cancel) -> Self {
+        self.options = self.options.cancel(cancel);
+        self
+    }
+
     /// The election's name.
     pub fn name(&self) -> &str {
         &self.name

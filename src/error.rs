@@ -62,6 +62,12 @@ pub enum Error {
         /// Why the lease counts as lost.
         reason: LossReason,
     },
+    /// The call was cancelled through its [`Cancel`](crate::Cancel)
+    /// handle before it got the lock; nothing is held.
+    Cancelled {
+        /// The resource that was asked for.
+        resource: String,
+    },
     /// A key where redfence keeps a lock or a fencing counter holds a value
     /// of another type. Somebody else writes to redfence's keys: fix that
     /// (or choose another key prefix) rather than retrying.
@@ -180,6 +186,12 @@ impl fmt::Display for Error {
             ),
             Error::Lost { resource, reason } => {
                 write!(f, "lease on {resource:?} is lost: {reason}")
+            }
+            Error::Cancelled { resource } => {
+                write!(
+                    f,
+                    "lock call on {resource:?} was cancelled; nothing is held"
+                )
             }
             Error::WrongType { resource, errors } => {
                 write!(f, "redfence keys of {resource:?} hold a foreign value")?;

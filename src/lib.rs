@@ -145,6 +145,7 @@
 mod acl;
 mod address;
 mod builder;
+mod cancel;
 mod client;
 mod election;
 mod error;
@@ -189,6 +190,7 @@ pub use redis;
 pub use acl::{acl_cluster_rules, acl_rules, ACL_CLUSTER_COMMANDS, ACL_COMMANDS};
 pub use address::IntoInstance;
 pub use builder::RedlockBuilder;
+pub use cancel::Cancel;
 pub use client::Redlock;
 pub use election::{Election, LeaderEvent, LeaderInfo, Leadership};
 pub use error::{Error, InstanceError, InstanceErrorKind, LossReason};

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::cancel::{Cancel, CancelId};
+
 /// How one lock call behaves: lease length, how long to keep trying, and
 /// whether the watchdog keeps the lease alive.
 ///
@@ -21,6 +23,8 @@ pub struct LockOptions {
     wait: Duration,
     auto_extend: bool,
     hold_at_least: Duration,
+    /// The handle's id: options stay `Copy`; the call looks the handle up.
+    cancel: Option<CancelId>,
 }
 
 impl LockOptions {
@@ -36,6 +40,7 @@ impl LockOptions {
             wait: Self::DEFAULT_WAIT,
             auto_extend: true,
             hold_at_least: Duration::ZERO,
+            cancel: None,
         }
     }
 
@@ -98,6 +103,19 @@ impl LockOptions {
     pub fn hold_at_least(mut self, hold: Duration) -> Self {
         self.hold_at_least = hold;
         self
+    }
+
+    /// Lets `cancel` stop the call from another thread: it then returns
+    /// [`Error::Cancelled`](crate::Error::Cancelled) within one instance
+    /// timeout (see [`Cancel`]).
+    pub fn cancel(mut self, cancel: &Cancel) -> Self {
+        self.cancel = Some(cancel.id());
+        self
+    }
+
+    /// The cancel handle, if one was given and a clone of it still lives.
+    pub fn get_cancel(&self) -> Option<Cancel> {
+        self.cancel.and_then(Cancel::find)
     }
 
     /// The minimum hold after the grant (zero: none).

@@ -73,7 +73,7 @@ pub fn describe_metrics() {
     describe_counter!(
         ACQUIRE_TOTAL,
         Unit::Count,
-        "Lock calls by outcome: granted, contended, unavailable, no_validity, wrong_type, invalid."
+        "Lock calls by outcome: granted, contended, unavailable, no_validity, wrong_type, invalid, cancelled."
     );
     describe_counter!(
         ACQUIRE_ATTEMPTS_TOTAL,
@@ -163,13 +163,14 @@ pub(crate) fn client_built<'a>(instances: impl Iterator<Item = &'a str>) {
 /// The `outcome` labels of `redfence_acquire_total` and
 /// `redfence_acquire_duration_seconds`.
 #[cfg(feature = "metrics")]
-const ACQUIRE_OUTCOMES: [&str; 6] = [
+const ACQUIRE_OUTCOMES: [&str; 7] = [
     "granted",
     "contended",
     "unavailable",
     "no_validity",
     "wrong_type",
     "invalid",
+    "cancelled",
 ];
 
 /// The `reason` labels of `redfence_lease_lost_total`: every reason a held
@@ -239,6 +240,7 @@ fn error_outcome(error: &Error) -> &'static str {
         Error::Unavailable { .. } => "unavailable",
         Error::NoValidity { .. } => "no_validity",
         Error::WrongType { .. } => "wrong_type",
+        Error::Cancelled { .. } => "cancelled",
         Error::InvalidResource { .. }
         | Error::InvalidOptions { .. }
         | Error::InvalidConfig { .. } => "invalid",

@@ -580,3 +580,29 @@ fn a_leadership_describes_itself_and_a_new_term_is_reported() {
     };
     assert_eq!(end, crossbeam_channel::TryRecvError::Disconnected);
 }
+
+/// A standby's campaign, blocked while another client leads, returns
+/// `Cancelled` once its handle is cancelled (a service shutting down).
+#[test]
+fn a_cancelled_campaign_returns_at_once() {
+    let cluster = RedisServers::start(3);
+    let leader = Redlock::builder(cluster.urls()).build().unwrap();
+    let _term = leader.election("shutdown").unwrap().campaign().unwrap();
+    let shutdown = redfence::Cancel::new();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let standby = Redlock::builder(cluster.urls()).build().unwrap();
+    let election = standby.election("shutdown").unwrap().cancel(&shutdown);
+    let campaign = std::thread::spawn(move || {
+        let _ = tx.send(election.campaign().map(|t| t.term()));
+    });
+    assert!(eventually(Duration::from_secs(5), || subscribers(
+        &cluster,
+        "election:shutdown"
+    ) >= 2));
+    shutdown.cancel();
+    let result = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the campaign returns");
+    assert!(matches!(result, Err(Error::Cancelled { .. })), "{result:?}");
+    campaign.join().unwrap();
+}

@@ -725,6 +725,7 @@ fn every_known_series_is_registered_at_zero_when_a_client_is_built() {
         "no_validity",
         "wrong_type",
         "invalid",
+        "cancelled",
     ] {
         at_zero("redfence_acquire_total", &[("outcome", outcome)]);
         at_zero("redfence_acquire_duration_seconds", &[("outcome", outcome)]);

@@ -2,7 +2,8 @@
 //! is woken by the holder's release (published on a channel it subscribes
 //! to), not by a timer; waiters of one client take turns and hand on a
 //! wake-up they cannot use; a call never starts an attempt that cannot end
-//! within its wait budget, and a free resource waits for nothing.
+//! within its wait budget, and a free resource waits for nothing. A
+//! cancelled call returns at once, holding nothing.
 
 mod common;
 
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::faults::Proxied;
 use common::{builder, client, eventually, hold_as, subscribers, warm};
 use redfence::testing::{Fault, RedisServers};
-use redfence::{Error, LockOptions};
+use redfence::{Cancel, Error, LockOptions};
 
 #[test]
 fn a_waiter_is_woken_by_the_release_not_by_a_timer() {
@@ -474,4 +475,133 @@ fn waiters_subscribe_again_after_their_connections_were_cut() {
         let got = waiting.join().unwrap().expect("the waiter gets the lock");
         got.release().unwrap();
     });
+}
+
+/// Runs `call` on its own thread; its result, once it returns.
+fn spawn_call<T: Send + 'static>(
+    call: impl FnOnce() -> T + Send + 'static,
+) -> crossbeam_channel::Receiver<T> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        let _ = tx.send(call());
+    });
+    rx
+}
+
+/// A call waiting (an hour's budget) for a lock held elsewhere returns
+/// `Cancelled` as soon as its handle is cancelled from another thread, and
+/// holds nothing; a call given a cancelled handle makes no attempt.
+#[test]
+fn a_cancelled_wait_returns_at_once_and_holds_nothing() {
+    let cluster = RedisServers::start(3);
+    let holder = client(&cluster);
+    let _held = holder
+        .lock_with("job", LockOptions::new().ttl(Duration::from_secs(120)))
+        .unwrap();
+    let shutdown = Cancel::new();
+    let waiting = spawn_call({
+        let (locks, shutdown) = (client(&cluster), shutdown.clone());
+        move || {
+            let hour = LockOptions::new().wait(Duration::from_secs(3600));
+            locks
+                .lock_with("job", hour.cancel(&shutdown))
+                .map(|g| g.token())
+        }
+    });
+    assert!(eventually(Duration::from_secs(5), || subscribers(
+        &cluster, "job"
+    ) >= 2));
+    shutdown.cancel();
+    let result = waiting
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the cancelled call returns long before its budget");
+    assert!(
+        matches!(result, Err(Error::Cancelled { ref resource }) if resource == "job"),
+        "{result:?}"
+    );
+
+    let free = client(&cluster);
+    assert!(matches!(
+        free.lock_with("other", LockOptions::new().cancel(&shutdown)),
+        Err(Error::Cancelled { .. })
+    ));
+    assert_eq!(common::holders(&cluster, "other"), 0, "no attempt was made");
+}
+
+/// Instances that do not answer make a call pause between attempts; a
+/// cancel ends the pause at once.
+#[test]
+fn a_cancel_ends_the_pause_between_attempts() {
+    let net = Proxied::start(3);
+    let locks = net
+        .builder()
+        .instance_timeout(Duration::from_millis(100))
+        .retry_delay(Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    warm(&locks);
+    net.set(&[0, 1], Fault::BlackHole);
+    let shutdown = Cancel::new();
+    let waiting = spawn_call({
+        let shutdown = shutdown.clone();
+        move || {
+            let hour = LockOptions::new().wait(Duration::from_secs(3600));
+            locks
+                .lock_with("job", hour.cancel(&shutdown))
+                .map(|g| g.token())
+        }
+    });
+    // The first attempt failed and was cleaned up (its void key is on the
+    // instance that answered): the call now pauses, for up to an hour.
+    let reachable = net.cluster.server(2);
+    assert!(eventually(Duration::from_secs(5), || !reachable
+        .keys("redfence:void:*")
+        .is_empty()));
+    shutdown.cancel();
+    let result = waiting
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the cancel ends an hour's pause");
+    assert!(matches!(result, Err(Error::Cancelled { .. })), "{result:?}");
+    net.pass_all();
+}
+
+/// A cancel that arrives while an attempt is on its way: the attempt
+/// finishes, its grant is undone on every instance, and the call returns
+/// `Cancelled`.
+#[test]
+fn a_grant_that_arrives_after_the_cancel_is_released() {
+    let net = Proxied::start(3);
+    let locks = net
+        .builder()
+        .instance_timeout(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    warm(&locks);
+    net.set(&[0, 1, 2], Fault::Delay(Duration::from_millis(300)));
+    let shutdown = Cancel::new();
+    let waiting = spawn_call({
+        let shutdown = shutdown.clone();
+        move || {
+            let result = locks.lock_with("job", LockOptions::new().cancel(&shutdown));
+            result.map(|g| g.token())
+        }
+    });
+    // The acquire has landed; its replies are still on their way back.
+    assert!(eventually(Duration::from_secs(5), || common::holders(
+        &net.cluster,
+        "job"
+    ) >= 2));
+    shutdown.cancel();
+    let result = waiting
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the call returns");
+    assert!(matches!(result, Err(Error::Cancelled { .. })), "{result:?}");
+    assert!(
+        eventually(Duration::from_secs(5), || common::holders(
+            &net.cluster,
+            "job"
+        ) == 0),
+        "the grant was released"
+    );
+    net.pass_all();
 }

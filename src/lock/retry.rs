@@ -3,9 +3,11 @@
 
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::Receiver;
+
 use crate::lock::shared::Shared;
 use crate::transport::notify::{Notifier, Watch};
-use crate::Error;
+use crate::{Cancel, Error};
 
 /// Longest wait for a release notification before trying again anyway: a
 /// holder that dies without releasing is not announced, and a notification
@@ -25,6 +27,8 @@ pub(crate) struct Waiting<'a> {
     /// No attempt may start later than this (`None`: no time for any
     /// retry): an attempt and a raise round must fit before the deadline.
     latest_start: Option<Instant>,
+    /// Ends every wait at once when cancelled.
+    cancel: Option<Cancel>,
 }
 
 impl<'a> Waiting<'a> {
@@ -33,6 +37,7 @@ impl<'a> Waiting<'a> {
         notifier: &'a Notifier,
         channels: Vec<&'a str>,
         deadline: Instant,
+        cancel: Option<Cancel>,
     ) -> Self {
         Waiting {
             shared,
@@ -41,7 +46,17 @@ impl<'a> Waiting<'a> {
             watch: None,
             woken: false,
             latest_start: deadline.checked_sub(shared.cfg.instance_timeout * 2),
+            cancel,
         }
+    }
+
+    /// Whether the call was cancelled.
+    pub fn cancelled(&self) -> bool {
+        self.cancel.as_ref().is_some_and(Cancel::is_cancelled)
+    }
+
+    fn stop(&self) -> Option<&Receiver<()>> {
+        self.cancel.as_ref().map(Cancel::signal)
     }
 
     /// When calls of this client already wait for this lock, queues
@@ -55,7 +70,7 @@ impl<'a> Waiting<'a> {
         let until = self
             .latest_start
             .map_or(Instant::now(), |t| t.min(Instant::now() + MAX_NOTIFY_WAIT));
-        self.woken = queued.wait_released(until);
+        self.woken = queued.wait_released(until, self.stop());
         self.watch = Some(queued);
     }
 
@@ -68,11 +83,13 @@ impl<'a> Waiting<'a> {
     }
 
     /// After a grant: late copies of the release that woke us (one per
-    /// instance) must not be passed on as a new release.
-    pub fn granted(self) {
+    /// instance) must not be passed on as a new release. Returns whether
+    /// the call was cancelled meanwhile.
+    pub fn granted(self) -> bool {
         if let Some(watch) = &self.watch {
             let _ = watch.clear();
         }
+        self.cancelled()
     }
 
     /// After a failed attempt that started at `attempt_start` and that
@@ -96,7 +113,11 @@ impl<'a> Waiting<'a> {
                 // before the subscription would otherwise go unseen.
                 let subscribed = self.notifier.watch(&self.channels);
                 let until = (now + self.shared.cfg.instance_timeout).min(latest_start);
-                subscribed.wait_subscribed(self.shared.instances.quorum().size(), until);
+                subscribed.wait_subscribed(
+                    self.shared.instances.quorum().size(),
+                    until,
+                    self.stop(),
+                );
                 self.watch = Some(subscribed);
                 self.woken = false;
             }
@@ -108,11 +129,19 @@ impl<'a> Waiting<'a> {
                 }
                 // A holder that dies without releasing is not announced:
                 // try again now and then, in case its lease ran out.
-                self.woken = watch.wait_released((now + MAX_NOTIFY_WAIT).min(latest_start));
+                let until = (now + MAX_NOTIFY_WAIT).min(latest_start);
+                self.woken = watch.wait_released(until, self.stop());
             }
             _ => {
                 let window = self.pause_window(contended, attempt_start);
-                std::thread::sleep(pause(window).min(latest_start - now));
+                let pause = pause(window).min(latest_start - now);
+                match self.stop() {
+                    // Disconnects at once when cancelled; never carries a message.
+                    Some(stop) => {
+                        let _ = stop.recv_timeout(pause);
+                    }
+                    None => std::thread::sleep(pause),
+                }
                 self.woken = false;
             }
         }

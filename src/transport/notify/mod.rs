@@ -207,19 +207,21 @@ impl Watch<'_> {
         &self.wake
     }
 
-    /// Waits until `count` instances subscribed to the channel, or the
-    /// deadline. After that, a release on those instances cannot go unseen.
-    pub fn wait_subscribed(&self, count: usize, deadline: Instant) {
+    /// Waits until `count` instances subscribed to the channel, the
+    /// deadline, or `stop` disconnecting (a cancel). After that, a release
+    /// on those instances cannot go unseen.
+    pub fn wait_subscribed(&self, count: usize, deadline: Instant, stop: Option<&Receiver<()>>) {
         for _ in 0..count {
-            if self.subscribed.recv_deadline(deadline).is_err() {
+            if !receive_until(&self.subscribed, deadline, stop) {
                 return;
             }
         }
     }
 
-    /// Waits for a release notification until `deadline`; true if one came.
-    pub fn wait_released(&self, deadline: Instant) -> bool {
-        self.wake.recv_deadline(deadline).is_ok()
+    /// Waits for a release notification until `deadline`, or `stop`
+    /// disconnecting (a cancel); true if one came.
+    pub fn wait_released(&self, deadline: Instant, stop: Option<&Receiver<()>>) -> bool {
+        receive_until(&self.wake, deadline, stop)
     }
 
     /// Hands a release this call was woken for, and could not use, to the
@@ -247,6 +249,20 @@ impl Watch<'_> {
             any = true;
         }
         any
+    }
+}
+
+/// Waits for a message on `rx` until `deadline` or until `stop`
+/// disconnects; true if a message came.
+fn receive_until(rx: &Receiver<()>, deadline: Instant, stop: Option<&Receiver<()>>) -> bool {
+    let Some(stop) = stop else {
+        return rx.recv_deadline(deadline).is_ok();
+    };
+    let timeout = deadline.saturating_duration_since(Instant::now());
+    crossbeam_channel::select! {
+        recv(rx) -> message => message.is_ok(),
+        recv(stop) -> _ => false,
+        default(timeout) => false,
     }
 }
 
