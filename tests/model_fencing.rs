@@ -486,15 +486,6 @@ fn representative(s: &State) -> State {
     }
 }
 
-fn report(label: &str, start: Instant, checker: &impl Checker<FencingModel>) {
-    println!(
-        "{label}: {} unique states ({} generated), {:.2?}",
-        checker.unique_state_count(),
-        checker.state_count(),
-        start.elapsed()
-    );
-}
-
 /// The shortest behaviour that sends tokens back under `rules`, and how far
 /// instance 0's clock ran ahead at its start.
 fn counterexample(rules: Rules, clock_faults: bool) -> (Vec<Action>, u16) {
@@ -509,7 +500,7 @@ fn counterexample(rules: Rules, clock_faults: bool) -> (Vec<Action>, u16) {
     .target_state_count(BOUND)
     .spawn_bfs()
     .join();
-    report(&format!("{rules:?}"), start, &checker);
+    model_support::report(&format!("{rules:?}"), start, &checker);
     let path = checker
         .discovery(TOKENS_INCREASE)
         .unwrap_or_else(|| panic!("{rules:?} must send tokens backwards"));
@@ -544,7 +535,7 @@ fn tokens_strictly_increase_with_late_and_lost_requests() {
     .target_state_count(BOUND)
     .spawn_dfs()
     .join();
-    report("design", start, &checker);
+    model_support::report("design", start, &checker);
     // The search stops at `BOUND` generated states (`is_done` is true then
     // too): it does not cover the whole space.
     println!(

@@ -215,10 +215,6 @@ struct GrantModel {
     focus: Option<&'static str>,
 }
 
-fn members(mask: u8) -> impl Iterator<Item = usize> {
-    (0..RESOURCES).filter(move |m| mask & 1 << m != 0)
-}
-
 fn first_member(mask: u8) -> usize {
     mask.trailing_zeros() as usize
 }
@@ -259,7 +255,7 @@ impl GrantModel {
         };
         let inst = &mut s.inst[i];
         let (mut ours, mut held) = (0, 0);
-        for m in members(checked) {
+        for m in model_support::members(checked, RESOURCES) {
             match inst.locks[m] {
                 Some((holder, _)) if usize::from(holder) == a => ours += 1,
                 Some(_) => held += 1,
@@ -273,14 +269,14 @@ impl GrantModel {
         if ours > 0 {
             // A resend whose first copy applied: granted again as it
             // stands, the counters not bumped twice.
-            for m in members(att.members) {
+            for m in model_support::members(att.members, RESOURCES) {
                 tokens[m] = inst.counters[m];
             }
             s.resend_granted = true;
             return Answer::Granted(tokens);
         }
         let inst = &mut s.inst[i];
-        for m in members(att.members) {
+        for m in model_support::members(att.members, RESOURCES) {
             inst.locks[m] = Some((a as u8, tick + TTL));
             inst.counters[m] += 1;
             tokens[m] = inst.counters[m];
@@ -299,7 +295,7 @@ impl GrantModel {
         let tokens = att.tokens;
         let inst = &mut s.inst[i];
         let mut all = true;
-        for m in members(raised) {
+        for m in model_support::members(raised, RESOURCES) {
             inst.counters[m] = inst.counters[m].max(tokens[m]);
             all &= inst.locks[m].is_some_and(|(holder, _)| usize::from(holder) == a);
         }
@@ -313,7 +309,7 @@ impl GrantModel {
         let tick = s.tick;
         let att = &s.attempts[a];
         let mut all = true;
-        for m in members(att.members) {
+        for m in model_support::members(att.members, RESOURCES) {
             let lock = &mut s.inst[i].locks[m];
             if lock.is_some_and(|(holder, _)| usize::from(holder) == a) {
                 *lock = None;
@@ -331,7 +327,7 @@ impl GrantModel {
     fn choose(att: &Attempt) -> ([u8; RESOURCES], bool) {
         let mut tokens = [0; RESOURCES];
         let mut held = true;
-        for m in members(att.members) {
+        for m in model_support::members(att.members, RESOURCES) {
             let mut answers: Vec<u8> = att
                 .links
                 .iter()
@@ -373,7 +369,7 @@ impl GrantModel {
         let att = &mut s.attempts[a];
         att.phase = Phase::Held;
         Self::forget_votes(att);
-        for m in members(att.members) {
+        for m in model_support::members(att.members, RESOURCES) {
             let token = att.tokens[m];
             let holding = s.inst.iter().filter(|x| x.counters[m] >= token).count();
             s.backwards |= token <= s.last[m] || holding < QUORUM;
@@ -622,15 +618,6 @@ fn representative(s: &GrantState) -> GrantState {
     r
 }
 
-fn report(label: &str, start: Instant, checker: &impl Checker<GrantModel>) {
-    println!(
-        "{label}: {} states, depth {}, {:.2?}",
-        checker.unique_state_count(),
-        checker.max_depth(),
-        start.elapsed()
-    );
-}
-
 /// Searches every behaviour of `model`, with the instances taken as
 /// interchangeable, and asserts that no safety property fails.
 fn exhaustively(label: &str, model: GrantModel) -> impl Checker<GrantModel> {
@@ -642,7 +629,7 @@ fn exhaustively(label: &str, model: GrantModel) -> impl Checker<GrantModel> {
         .target_state_count(BOUND)
         .spawn_dfs()
         .join();
-    report(label, start, &checker);
+    model_support::report(label, start, &checker);
     // The checker stops early once it generated `BOUND` states.
     assert!(
         checker.state_count() < BOUND,
@@ -668,7 +655,7 @@ fn simulate(label: &str, model: GrantModel, seed: u64, states: usize, limit: Dur
         .timeout(limit)
         .spawn_simulation(seed, UniformChooser)
         .join();
-    report(label, start, &checker);
+    model_support::report(label, start, &checker);
     for property in [TOKENS, EXCLUSION, ORPHAN] {
         if let Some(path) = checker.discovery(property) {
             panic!("{property}: {:?}", path.into_actions());
@@ -691,7 +678,7 @@ fn counterexample(label: &str, model: GrantModel, property: &'static str) -> Vec
     .finish_when(HasDiscoveries::AnyFailures)
     .spawn_bfs()
     .join();
-    report(label, start, &checker);
+    model_support::report(label, start, &checker);
     let path = checker
         .discovery(property)
         .unwrap_or_else(|| panic!("{label} must break \"{property}\""));

@@ -287,10 +287,6 @@ impl ExtendModel {
     }
 }
 
-fn members(mask: u8) -> impl Iterator<Item = usize> {
-    (0..N).filter(move |i| mask & (1 << i) != 0)
-}
-
 impl Model for ExtendModel {
     type State = LeaseState;
     type Action = LeaseAction;
@@ -363,11 +359,11 @@ impl Model for ExtendModel {
                 let round = s.rounds;
                 let native = self.native(&s, ttl);
                 s.native_sent |= native;
-                let confirmed = members(now)
+                let confirmed = model_support::members(now, N)
                     .filter(|&i| self.apply(&mut s, i, ttl, native))
                     .count();
                 s.in_flight
-                    .extend(members(late).map(|i| (i, ttl, round, native)));
+                    .extend(model_support::members(late, N).map(|i| (i, ttl, round, native)));
                 // A set of requests, not a sequence: one order per set.
                 s.in_flight.sort_unstable();
                 if confirmed >= QUORUM {
@@ -386,10 +382,11 @@ impl Model for ExtendModel {
             LeaseAction::ReleaseHold { now, late } => {
                 s.released = true;
                 let rest = HOLD_END - s.tick;
-                let confirmed = members(now)
+                let confirmed = model_support::members(now, N)
                     .filter(|&i| Self::apply_hold(&mut s, i, rest))
                     .count();
-                s.hold_in_flight.extend(members(late).map(|i| (i, rest)));
+                s.hold_in_flight
+                    .extend(model_support::members(late, N).map(|i| (i, rest)));
                 s.hold_in_flight.sort_unstable();
                 s.hold_confirmed = confirmed >= QUORUM;
             }
@@ -616,14 +613,6 @@ impl Model for CleanupModel {
     }
 }
 
-fn report<M: Model>(label: &str, start: Instant, checker: &impl Checker<M>) {
-    println!(
-        "{label}: {} unique states, {:.2?}",
-        checker.unique_state_count(),
-        start.elapsed()
-    );
-}
-
 /// Searches every behaviour of `model` and asserts its properties.
 fn exhaustively(label: &str, model: ExtendModel) {
     let start = Instant::now();
@@ -633,7 +622,7 @@ fn exhaustively(label: &str, model: ExtendModel) {
         .symmetry_fn(lease_representative)
         .spawn_dfs()
         .join();
-    report(label, start, &checker);
+    model_support::report(label, start, &checker);
     assert!(checker.is_done());
     checker.assert_properties();
 }
@@ -654,7 +643,7 @@ fn a_plain_pexpire_lets_a_late_short_extension_cut_the_lease() {
     .checker()
     .spawn_bfs()
     .join();
-    report("extend with plain PEXPIRE", start, &checker);
+    model_support::report("extend with plain PEXPIRE", start, &checker);
     let path = checker
         .discovery(BELIEVED)
         .expect("a late short extension must break it");
@@ -769,7 +758,7 @@ fn a_clean_up_never_leaves_an_orphan_lock() {
     .checker()
     .spawn_dfs()
     .join();
-    report("clean-up with void key", start, &checker);
+    model_support::report("clean-up with void key", start, &checker);
     assert!(checker.is_done());
     checker.assert_properties();
 }

@@ -403,14 +403,6 @@ fn representative(s: &TermState) -> TermState {
     r
 }
 
-fn report(label: &str, start: Instant, checker: &impl Checker<TermModel>) {
-    println!(
-        "{label}: {} unique states, {:.2?}",
-        checker.unique_state_count(),
-        start.elapsed()
-    );
-}
-
 /// The shortest behaviour of `model` that breaks `property`.
 fn counterexample(label: &str, model: TermModel, property: &'static str) -> Vec<TermAction> {
     let start = Instant::now();
@@ -421,7 +413,7 @@ fn counterexample(label: &str, model: TermModel, property: &'static str) -> Vec<
     .checker()
     .spawn_bfs()
     .join();
-    report(label, start, &checker);
+    model_support::report(label, start, &checker);
     let path = checker
         .discovery(property)
         .unwrap_or_else(|| panic!("{label} must break \"{property}\""));
@@ -439,7 +431,7 @@ fn a_term_is_reported_only_with_the_leader_that_recorded_it() {
         .symmetry_fn(representative)
         .spawn_dfs()
         .join();
-    report("term record", start, &checker);
+    model_support::report("term record", start, &checker);
     assert!(checker.is_done(), "the search must be exhaustive");
     checker.assert_no_discovery(OWN_TERM);
     checker.assert_no_discovery(KEPT);

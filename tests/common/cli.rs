@@ -102,6 +102,7 @@ pub fn assert_no_key(cluster: &RedisServers, resource: &str) {
     );
 }
 
+/// Sends signal `name` (`TERM`, `STOP`…) to process `pid`, as `kill` does.
 pub fn signal(pid: u32, name: &str) {
     let ok = Command::new("kill")
         .args([&format!("-{name}"), &pid.to_string()])

@@ -241,12 +241,12 @@ impl ChildTest {
     /// SIGSTOP: the whole process freezes, watchdog included, like a VM
     /// paused by its hypervisor or a long stop-the-world pause.
     pub fn sigstop(&mut self) {
-        signal(self.pid(), "-STOP");
+        super::cli::signal(self.pid(), "STOP");
         self.stopped = true;
     }
 
     pub fn sigcont(&mut self) {
-        signal(self.pid(), "-CONT");
+        super::cli::signal(self.pid(), "CONT");
         self.stopped = false;
     }
 
@@ -271,19 +271,11 @@ impl ChildTest {
 impl Drop for ChildTest {
     fn drop(&mut self) {
         if self.stopped {
-            signal(self.child.id(), "-CONT");
+            super::cli::signal(self.child.id(), "CONT");
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn signal(pid: u32, sig: &str) {
-    let status = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success(), "kill {sig} {pid} failed");
 }
 
 /// Parses `key=value` pairs of a report line.
