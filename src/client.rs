@@ -365,24 +365,55 @@ impl Redlock {
     /// also means those requests (a dropped guard's release, say) were
     /// processed there.
     pub fn ping(&self) -> Vec<(String, Result<Duration, InstanceError>)> {
+        let start = Instant::now();
+        let packed: Arc<[u8]> = redis::cmd("PING").get_packed_command().into();
+        let out = self
+            .ask_each_server(packed, 1)
+            .into_iter()
+            .map(|(_, name, answer)| {
+                let result = match answer.as_deref() {
+                    Ok([Value::SimpleString(s)]) if s == "PONG" => Ok(start.elapsed()),
+                    Ok(other) => Err(InstanceError::new(
+                        &name,
+                        crate::InstanceErrorKind::Protocol,
+                        format!("unexpected reply to PING: {other:?}"),
+                    )),
+                    Err(e) => Err(e.clone()),
+                };
+                (name, result)
+            })
+            .collect();
+        // Readiness checks keep the clock offset gauge current.
+        let _ = self.clock_offsets();
+        out
+    }
+
+    /// Sends `packed` (`commands` replies) to every server behind every
+    /// position, each cluster shard master included, and collects each
+    /// one's replies or error, with its position's index and its name; a
+    /// cluster position with no shard master known is one row with that
+    /// error.
+    pub(crate) fn ask_each_server(
+        &self,
+        packed: Arc<[u8]>,
+        commands: usize,
+    ) -> Vec<(usize, String, Result<Vec<Value>, InstanceError>)> {
         let shared = self.shared();
         shared.warmup.wait();
-        let start = Instant::now();
         let deadline = shared.round_deadline();
-        let packed: Arc<[u8]> = redis::cmd("PING").get_packed_command().into();
         let (tx, rx) = crossbeam_channel::unbounded();
-        let mut out: Vec<(String, Result<Duration, InstanceError>)> = Vec::new();
-        for voter in shared.instances.voters() {
+        let mut out: Vec<(usize, String, Result<Vec<Value>, InstanceError>)> = Vec::new();
+        for (position, voter) in shared.instances.voters().iter().enumerate() {
+            let first = out.len();
             let names = voter.each_server(|_| {
                 let row = out.len();
-                out.push((String::new(), Ok(Duration::ZERO)));
+                out.push((position, String::new(), Ok(Vec::new())));
                 let sink: Sink = Arc::new(Row(row, tx.clone()));
-                Request::plain(Arc::clone(&packed), 1, deadline, Some(sink))
+                Request::plain(Arc::clone(&packed), commands, deadline, Some(sink))
             });
-            let first = out.len() - names.len();
             for (k, name) in names.into_iter().enumerate() {
                 let err = InstanceError::new(&name, crate::InstanceErrorKind::Timeout, NO_ANSWER);
-                out[first + k] = (name, Err(err));
+                out[first + k] = (position, name, Err(err));
             }
             if voter.is_cluster() && out.len() == first {
                 let err = InstanceError::new(
@@ -390,7 +421,7 @@ impl Redlock {
                     crate::InstanceErrorKind::Connect,
                     "no shard master known: the cluster's slot map could not be read",
                 );
-                out.push((voter.name().to_string(), Err(err)));
+                out.push((position, voter.name().to_string(), Err(err)));
             }
         }
         drop(tx);
@@ -403,26 +434,15 @@ impl Redlock {
             let Ok((row, result)) = rx.recv_deadline(answers_by) else {
                 break;
             };
-            let Some(entry) = out.get_mut(row) else {
-                continue;
-            };
-            entry.1 = match result.as_deref() {
-                Ok([Value::SimpleString(s)]) if s == "PONG" => Ok(start.elapsed()),
-                Ok(other) => Err(InstanceError::new(
-                    &entry.0,
-                    crate::InstanceErrorKind::Protocol,
-                    format!("unexpected reply to PING: {other:?}"),
-                )),
-                Err(e) => Err(e.clone()),
-            };
+            if let Some(entry) = out.get_mut(row) {
+                entry.2 = result;
+            }
         }
-        // Readiness checks keep the clock offset gauge current.
-        let _ = self.clock_offsets();
         out
     }
 }
 
-/// Where one server's answer to a ping goes: its row of the report.
+/// Where one server's answer goes: its row of the report.
 struct Row(
     usize,
     crossbeam_channel::Sender<(usize, crate::transport::instance::Replies)>,

@@ -41,6 +41,17 @@ pub enum Error {
         /// One entry per instance that failed or did not answer in time.
         errors: Vec<InstanceError>,
     },
+    /// A quorum of instances refused the client's credentials or an ACL
+    /// permission it needs: a configuration error, not an outage. Returned
+    /// at once, never retried; each instance's error names what it refused
+    /// (for a missing permission, the command, key or channel, and the
+    /// `acl_rules` that grant it). Fix the password or the ACL user.
+    AccessDenied {
+        /// The resource that was asked for.
+        resource: String,
+        /// One entry per instance that failed, refusals included.
+        errors: Vec<InstanceError>,
+    },
     /// A quorum was reached, but so late that no validity was left of the
     /// TTL once clock drift is accounted for. The keys were released.
     NoValidity {
@@ -106,13 +117,25 @@ impl Error {
     }
 
     /// Too few instances granted: `granted` of the `quorum` needed, with
-    /// the error of each instance that failed or did not answer.
+    /// the error of each instance that failed or did not answer. When a
+    /// quorum of them refused our credentials or a permission, that is
+    /// [`Error::AccessDenied`]: waiting would not fix it.
     pub(crate) fn unavailable(
         resource: impl Into<String>,
         quorum: usize,
         granted: usize,
         errors: Vec<InstanceError>,
     ) -> Self {
+        let refused = errors
+            .iter()
+            .filter(|e| e.kind() == InstanceErrorKind::Auth)
+            .count();
+        if refused >= quorum {
+            return Error::AccessDenied {
+                resource: resource.into(),
+                errors,
+            };
+        }
         Error::Unavailable {
             resource: resource.into(),
             quorum,
@@ -186,6 +209,14 @@ impl fmt::Display for Error {
             ),
             Error::Lost { resource, reason } => {
                 write!(f, "lease on {resource:?} is lost: {reason}")
+            }
+            Error::AccessDenied { resource, errors } => {
+                write!(
+                    f,
+                    "access for {resource:?} refused by a quorum of instances: check the \
+                     password and the ACL user (acl_rules)"
+                )?;
+                write_errors(f, errors)
             }
             Error::Cancelled { resource } => {
                 write!(

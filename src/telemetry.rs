@@ -73,7 +73,7 @@ pub fn describe_metrics() {
     describe_counter!(
         ACQUIRE_TOTAL,
         Unit::Count,
-        "Lock calls by outcome: granted, contended, unavailable, no_validity, wrong_type, invalid, cancelled."
+        "Lock calls by outcome: granted, contended, unavailable, no_validity, wrong_type, invalid, cancelled, access_denied."
     );
     describe_counter!(
         ACQUIRE_ATTEMPTS_TOTAL,
@@ -163,7 +163,7 @@ pub(crate) fn client_built<'a>(instances: impl Iterator<Item = &'a str>) {
 /// The `outcome` labels of `redfence_acquire_total` and
 /// `redfence_acquire_duration_seconds`.
 #[cfg(feature = "metrics")]
-const ACQUIRE_OUTCOMES: [&str; 7] = [
+const ACQUIRE_OUTCOMES: [&str; 8] = [
     "granted",
     "contended",
     "unavailable",
@@ -171,6 +171,7 @@ const ACQUIRE_OUTCOMES: [&str; 7] = [
     "wrong_type",
     "invalid",
     "cancelled",
+    "access_denied",
 ];
 
 /// The `reason` labels of `redfence_lease_lost_total`: every reason a held
@@ -241,6 +242,7 @@ fn error_outcome(error: &Error) -> &'static str {
         Error::NoValidity { .. } => "no_validity",
         Error::WrongType { .. } => "wrong_type",
         Error::Cancelled { .. } => "cancelled",
+        Error::AccessDenied { .. } => "access_denied",
         Error::InvalidResource { .. }
         | Error::InvalidOptions { .. }
         | Error::InvalidConfig { .. } => "invalid",

@@ -7,7 +7,6 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use common::unavailable;
 use redfence::testing::{RedisServers, ServerOptions};
 use redfence::{acl_rules, Error, InstanceError, InstanceErrorKind, LockOptions, Redlock};
 
@@ -47,6 +46,15 @@ fn assert_refused(errors: &[InstanceError], words: &str) {
         assert_eq!(e.kind(), InstanceErrorKind::Auth, "{e}");
         assert!(e.detail().contains(words), "{e}");
         assert!(!e.to_string().contains(PASSWORD), "{e}");
+    }
+}
+
+/// The instances' errors of a call refused by a quorum for its
+/// credentials or permissions.
+fn denied(result: Result<redfence::LockGuard, Error>) -> Vec<InstanceError> {
+    match result {
+        Err(Error::AccessDenied { errors, .. }) => errors,
+        other => panic!("expected AccessDenied, got {other:?}"),
     }
 }
 
@@ -105,7 +113,7 @@ fn least_privilege_user_locks_extends_waits_and_releases() {
 #[test]
 fn a_missing_command_is_reported_per_instance() {
     let cluster = cluster_with_rules(3, without("+exists"));
-    let errors = unavailable(client(&cluster).try_lock("r"));
+    let errors = denied(client(&cluster).try_lock("r"));
     // The call stops at a majority of refusals.
     assert!(errors.len() >= 2, "{errors:?}");
     assert_refused(&errors, "script");
@@ -116,16 +124,13 @@ fn a_missing_command_is_reported_per_instance() {
 #[test]
 fn a_missing_evalsha_is_named() {
     let cluster = cluster_with_rules(3, without("+evalsha"));
-    match client(&cluster).try_lock("r") {
-        Err(Error::Unavailable { errors, .. }) => assert_refused(&errors, "'evalsha'"),
-        other => panic!("expected Unavailable, got {other:?}"),
-    }
+    assert_refused(&denied(client(&cluster).try_lock("r")), "'evalsha'");
 }
 
 #[test]
 fn a_missing_script_load_is_named_when_connecting() {
     let cluster = cluster_with_rules(3, without("+script|load"));
-    let errors = unavailable(client(&cluster).try_lock("r"));
+    let errors = denied(client(&cluster).try_lock("r"));
     assert_refused(&errors, "'script|load'");
 }
 
@@ -138,8 +143,8 @@ fn a_command_the_scripts_call_is_an_acl_error_not_contention() {
         .try_lock("r")
         .expect("acquiring needs no DEL");
     match guard.release() {
-        Err(Error::Unavailable { errors, .. }) => assert_refused(&errors, "acl_rules"),
-        other => panic!("expected Unavailable, got {other:?}"),
+        Err(Error::AccessDenied { errors, .. }) => assert_refused(&errors, "acl_rules"),
+        other => panic!("expected AccessDenied, got {other:?}"),
     }
 }
 
@@ -150,7 +155,7 @@ fn keys_outside_the_allowed_pattern_are_refused() {
         .key_prefix("other:")
         .build()
         .unwrap();
-    let errors = unavailable(locks.try_lock("r"));
+    let errors = denied(locks.try_lock("r"));
     assert_refused(&errors, "key");
 }
 
@@ -162,9 +167,49 @@ fn a_wrong_password_is_an_auth_error_that_hides_it() {
     let text = format!("{err} {err:?} {locks:?}");
     assert!(!text.contains("not-the-pa55word"), "{text}");
     match err {
-        Error::Unavailable { errors, .. } => {
+        Error::AccessDenied { errors, .. } => {
             assert!(errors.iter().all(|e| e.kind() == InstanceErrorKind::Auth))
         }
-        other => panic!("expected Unavailable, got {other:?}"),
+        other => panic!("expected AccessDenied, got {other:?}"),
     }
+}
+
+/// A wrong password or a missing permission on a quorum is a configuration
+/// error: a lock call with an hour to wait, and a campaign (which retries
+/// what waiting can fix), return it at once instead of waiting it out.
+#[test]
+fn a_refusal_by_a_quorum_fails_fast_and_is_never_retried() {
+    let cluster = cluster_with_rules(3, without("+evalsha"));
+    let (tx, rx) = mpsc::channel();
+    let locks = client(&cluster);
+    let waiter = thread::spawn(move || {
+        let hour = LockOptions::new().wait(Duration::from_secs(3600));
+        let _ = tx.send(locks.lock_with("r", hour).map(|g| g.token()));
+        let election = locks.election("leader").unwrap();
+        let _ = tx.send(election.campaign().map(|t| t.term()));
+    });
+    for call in ["lock_with", "campaign"] {
+        let result = rx
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("{call} waited on a refusal"));
+        assert!(
+            matches!(result, Err(Error::AccessDenied { .. })),
+            "{call}: {result:?}"
+        );
+    }
+    waiter.join().unwrap();
+
+    let wrong = Redlock::new(cluster.urls_as(USER, "not-the-pa55word")).unwrap();
+    let hour = LockOptions::new().wait(Duration::from_secs(3600));
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(wrong.lock_with("r", hour).map(|g| g.token()));
+    });
+    let result = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a wrong password is not waited out");
+    assert!(
+        matches!(result, Err(Error::AccessDenied { .. })),
+        "{result:?}"
+    );
 }

@@ -1506,3 +1506,89 @@ fn unlock_deletes_a_lock_held_elsewhere_and_keeps_the_counter() {
     assert_eq!(code(out.status), 69, "{}", stderr(&out));
     assert!(stderr(&out).contains("report"), "{}", stderr(&out));
 }
+
+/// A wrong password on every instance is a configuration error, not an
+/// outage: `run` with an hour to wait exits 78 at once, says what to check,
+/// and never shows the password.
+#[test]
+fn run_exits_78_at_once_when_a_quorum_refuses_the_credentials() {
+    let cluster = RedisServers::start_with(
+        3,
+        ServerOptions {
+            acl_users: vec!["worker on >right-pa55 ~* &* +@all".to_string()],
+            ..Default::default()
+        },
+    );
+    let urls: Vec<String> = cluster
+        .iter()
+        .map(|s| s.url_as("worker", "wrong-pa55"))
+        .collect();
+    let child = redfence_at(&urls)
+        .args(["run", "-w", "1h", "job", "--", "true"])
+        .spawn()
+        .expect("redfence starts");
+    let out = finish(child, SIGNAL_LIMIT);
+    let err = stderr(&out);
+    assert_eq!(code(out.status), 78, "{err}");
+    assert!(err.contains("refused") && err.contains("password"), "{err}");
+    assert!(
+        !err.contains("wrong-pa55") && !stdout(&out).contains("wrong-pa55"),
+        "{err}"
+    );
+}
+
+/// `redfence doctor` as an operator runs it: a table, `--json`, and the
+/// exit code says whether the deployment holds (0), a precondition is
+/// violated (78: here an eviction policy), or a quorum did not answer (69).
+#[test]
+fn doctor_reports_each_instance_and_exits_by_what_it_found() {
+    let cluster = RedisServers::start(3);
+    let out = output(redfence(&cluster).arg("doctor"));
+    assert_eq!(code(out.status), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    for server in &cluster {
+        assert!(text.contains(&server.addr().to_string()), "{text}");
+    }
+    assert!(
+        text.contains("every precondition the doctor can see holds"),
+        "{text}"
+    );
+
+    cluster
+        .server(1)
+        .cmd(&["CONFIG", "SET", "maxmemory", "100mb"])
+        .unwrap();
+    cluster
+        .server(1)
+        .cmd(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"])
+        .unwrap();
+    let out = output(redfence(&cluster).args(["doctor", "--json"]));
+    assert_eq!(code(out.status), 78, "{}", stderr(&out));
+    let doc: Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(doc["healthy"], false);
+    assert_eq!(doc["answered"], 3);
+    let flagged: Vec<&Value> = doc["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|row| {
+            row["findings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["check"] == "eviction" && f["severity"] == "error")
+        })
+        .collect();
+    assert_eq!(flagged.len(), 1, "{doc}");
+    assert_eq!(
+        flagged[0]["instance"].as_str().unwrap(),
+        format!("{}/0", cluster.server(1).addr())
+    );
+
+    cluster.server(0).stop();
+    cluster.server(2).stop();
+    let out = output(redfence(&cluster).args(["--instance-timeout", "200ms", "doctor"]));
+    cluster.server(0).cont();
+    cluster.server(2).cont();
+    assert_eq!(code(out.status), 69, "{}", stdout(&out));
+}

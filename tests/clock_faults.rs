@@ -885,5 +885,29 @@ fn an_instance_clock_off_the_others_is_reported() {
         warning.contains(&cluster.server(0).addr().to_string()),
         "{warning}"
     );
+
+    // The doctor names it as a violated precondition, and so does its exit.
+    let report = locks.doctor();
+    let ahead = cluster.server(0).addr().to_string();
+    for row in &report.instances {
+        let clock = row
+            .findings
+            .iter()
+            .find(|f| f.check == "clock")
+            .expect("a clock finding");
+        let expected = if row.instance.starts_with(&ahead) {
+            redfence::Severity::Error
+        } else {
+            redfence::Severity::Notice
+        };
+        assert_eq!(clock.severity, expected, "{row:?}");
+    }
+    assert!(!report.is_healthy());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_redfence"))
+        .arg("doctor")
+        .env("REDFENCE_SERVERS", cluster.urls().join(","))
+        .output()
+        .expect("redfence runs");
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
     jump_back(&cluster, &[0], JUMP);
 }

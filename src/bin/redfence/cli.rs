@@ -118,6 +118,9 @@ pub enum Command {
     /// Show each instance's round trip or error.
     #[command(after_help = exit::inspect_table())]
     Ping(PingArgs),
+    /// Check each instance against the deployment the guarantees assume.
+    #[command(after_help = exit::doctor_table())]
+    Doctor(DoctorArgs),
     /// Delete a resource's lock on every instance, whoever holds it; its
     /// fence counter stays. Only for a holder that is gone.
     #[command(after_help = exit::unlock_table())]
@@ -192,6 +195,13 @@ pub struct StatusArgs {
     /// The resource to inspect.
     pub resource: String,
 
+    /// Print JSON on stdout.
+    #[arg(long, env = "REDFENCE_JSON", value_parser = FalseyValueParser::new())]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
     /// Print JSON on stdout.
     #[arg(long, env = "REDFENCE_JSON", value_parser = FalseyValueParser::new())]
     pub json: bool,

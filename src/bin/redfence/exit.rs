@@ -55,6 +55,8 @@ impl Failure {
             Error::InvalidResource { .. } | Error::InvalidOptions { .. } => USAGE,
             // Foreign values in our keys: another program uses the prefix.
             Error::WrongType { .. } | Error::InvalidConfig { .. } => CONFIG,
+            // Wrong credentials or a missing permission on a quorum.
+            Error::AccessDenied { .. } => CONFIG,
             _ => UNAVAILABLE,
         };
         // The library's messages name instances as host:port/db, never
@@ -86,7 +88,8 @@ pub fn run_table() -> String {
   {UNAVAILABLE:<6} too few instances answered, or no validity was left (EX_UNAVAILABLE)
   {OSERR:<6} the system refused a thread or a signal handler (EX_OSERR)
   {CONFLICT:<6} the lock stayed held elsewhere (EX_TEMPFAIL; --conflict-exit-code)
-  {CONFIG:<6} bad URL, TLS file or setting; foreign values in the lock's keys (EX_CONFIG)
+  {CONFIG:<6} bad URL, TLS file or setting; credentials or ACL refused by a quorum;
+         foreign values in the lock's keys (EX_CONFIG)
   {LOST:<6} the lease was lost while the command ran: it was stopped (--lost-exit-code)
   {CANNOT_EXECUTE:<6} the command was found but could not be executed
   {NOT_FOUND:<6} the command was not found
@@ -102,6 +105,17 @@ pub fn inspect_table() -> String {
   {USAGE:<6} bad arguments (EX_USAGE)
   {UNAVAILABLE:<6} fewer than a quorum of instances answered (EX_UNAVAILABLE)
   {CONFIG:<6} bad URL, TLS file or setting (EX_CONFIG)"
+    )
+}
+
+/// The exit codes of `doctor`, for its `--help`.
+pub fn doctor_table() -> String {
+    format!(
+        "Exit codes:
+  0      every precondition the doctor can see holds (notices and warnings allowed)
+  {USAGE:<6} bad arguments (EX_USAGE)
+  {UNAVAILABLE:<6} fewer than a quorum of instances answered (EX_UNAVAILABLE)
+  {CONFIG:<6} a precondition is violated, or a bad URL, TLS file or setting (EX_CONFIG)"
     )
 }
 

@@ -1,7 +1,7 @@
 //! `redfence`: run a command under a Redlock distributed lock, with its
 //! fencing token in the environment, stopped before its lease can run out;
-//! inspect locks (`status`) and instances (`ping`); delete a lock whose
-//! holder is gone (`unlock`).
+//! inspect locks (`status`) and instances (`ping`), check the deployment
+//! (`doctor`); delete a lock whose holder is gone (`unlock`).
 //!
 //! Built with `--features cli`. The README's "Command line" section is the
 //! user's manual: exit codes, environment, what happens on loss.
@@ -18,6 +18,7 @@ macro_rules! out {
 mod child;
 mod cli;
 mod client;
+mod doctor;
 mod duration;
 mod exit;
 mod log;
@@ -55,6 +56,7 @@ fn main() -> ExitCode {
         Command::Status(args) => status::status(&cli.common, &args),
         Command::Ping(args) => ping::ping(&cli.common, &args),
         Command::Unlock(args) => unlock::unlock(&cli.common, &args),
+        Command::Doctor(args) => doctor::doctor(&cli.common, &args),
     };
     ExitCode::from(match result {
         Ok(code) => code,
