@@ -12,14 +12,16 @@
 //! ```
 //!
 //! Without `REDFENCE_SERVERS` it starts three local `redis-server`s and a
-//! store, runs a standby in a thread, and sends itself SIGTERM after a
-//! couple of seconds to show the handover.
+//! store, leads, starts a standby in a thread, and sends itself SIGTERM
+//! after a couple of seconds to show the handover; it fails unless the
+//! standby then led and wrote. A leader that loses its term goes back to
+//! standby (`run` campaigns again); only SIGTERM ends it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redfence::crossbeam_channel::{bounded, select, tick, Receiver};
+use redfence::crossbeam_channel::{bounded, select, tick, Receiver, Sender};
 use redfence::testing::{RedisServer, RedisServers};
 use redfence::{fenced_set, redis, Redlock};
 
@@ -58,12 +60,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             drop(stop_tx);
         })?;
 
+    // Dropped when this scheduler first leads: the demo's standby and its
+    // SIGTERM wait for that, so the handover is shown on every run.
+    let (led_tx, led) = bounded::<()>(0);
     let standby = local.as_ref().map(|_| {
         let (urls, store_url) = (urls.clone(), store_url.clone());
         let (standby_stop_tx, standby_stop) = bounded::<()>(0);
+        let led = led.clone();
         let handle = std::thread::Builder::new()
             .name("standby".to_string())
-            .spawn(move || scheduler("scheduler-b", &urls, &store_url, &standby_stop))
+            .spawn(move || {
+                let _ = led.recv();
+                scheduler("scheduler-b", &urls, &store_url, &standby_stop, None)
+            })
             .expect("standby thread");
         (standby_stop_tx, handle)
     });
@@ -73,6 +82,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::thread::Builder::new()
             .name("demo-sigterm".to_string())
             .spawn(move || {
+                let _ = led.recv();
                 std::thread::sleep(Duration::from_secs(2));
                 let _ = std::process::Command::new("kill")
                     .args(["-TERM", &pid.to_string()])
@@ -80,15 +90,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             })?;
     }
 
-    scheduler(&identity, &urls, &store_url, &stop).map_err(|e| e.to_string())?;
+    scheduler(&identity, &urls, &store_url, &stop, Some(led_tx)).map_err(|e| e.to_string())?;
     let _ = watcher.join();
     if let Some((standby_stop_tx, handle)) = standby {
-        std::thread::sleep(Duration::from_millis(500)); // let the standby lead a while
+        let mut store = redis::Client::open(store_url.as_str())?.get_connection()?;
+        let mut last = || -> Option<String> {
+            redis::cmd("GET")
+                .arg("schedule:last")
+                .query(&mut store)
+                .ok()
+        };
+        // The standby takes over within milliseconds; give it a few runs.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut took_over = false;
+        while !took_over && std::time::Instant::now() < deadline {
+            took_over = last().is_some_and(|job| job.ends_with("by scheduler-b"));
+            std::thread::sleep(Duration::from_millis(50));
+        }
         drop(standby_stop_tx);
         handle
             .join()
             .expect("standby thread")
             .map_err(|e| e.to_string())?;
+        if !took_over {
+            return Err("the standby never took over after the handover".into());
+        }
+        println!("handover shown: the standby led and wrote with its term");
     }
     drop(local);
     Ok(())
@@ -101,6 +128,7 @@ fn scheduler(
     urls: &[String],
     store_url: &str,
     stop: &Receiver<()>,
+    mut led: Option<Sender<()>>,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let locks = Redlock::builder(urls.iter().map(String::as_str))
         .identity(identity)
@@ -114,6 +142,7 @@ fn scheduler(
     type BoxError = Box<dyn std::error::Error + Send + Sync>;
     let result = election.run::<BoxError, _>(stop, |term| {
         println!("{identity}: leading with term {}", term.term());
+        drop(led.take()); // tells the demo we lead
         let lost = term.loss_signal();
         let ticker = tick(Duration::from_millis(100));
         loop {
@@ -122,7 +151,11 @@ fn scheduler(
                 recv(stop) -> _ => { println!("{identity}: stopping, handing over"); return Ok(()) }
                 recv(ticker) -> _ => {}
             }
-            term.ensure_leader()?;
+            if term.ensure_leader().is_err() {
+                // Back to standby: `run` campaigns again.
+                println!("{identity}: lost the leadership");
+                return Ok(());
+            }
             runs += 1;
             let job = format!("run {runs} by {identity}");
             if !fenced_set(&mut store, "schedule:last", term.term(), &job)? {

@@ -372,11 +372,13 @@ impl RedlockBuilder {
             positions.push(checked);
         }
         if positions.len() % 2 == 0 && !self.allow_even {
+            let n = positions.len();
+            let tolerated = n - (n / 2 + 1);
             return Err(Error::invalid_config(format!(
-                "{} instances is an even number: it tolerates no more failures than {}; use an odd \
-                 number, or allow_even_instances(true)",
-                positions.len(),
-                positions.len() - 1
+                "{n} instances is an even number: a quorum of them survives {tolerated} \
+                 failure(s), no more than {} instances would; use an odd number, or \
+                 allow_even_instances(true)",
+                n - 1
             )));
         }
         Ok(positions)

@@ -125,9 +125,10 @@ impl Redlock {
     /// invalid name, or more than [`MAX_RESOURCES`](crate::MAX_RESOURCES)
     /// names.
     ///
-    /// Each resource keeps its own keys (and hash tag), so this needs
-    /// independent masters: a Redis Cluster node would refuse the
-    /// cross-slot script.
+    /// Each resource keeps its own keys (and hash tag). On a Redis Cluster
+    /// position the set is cut into one script per slot, and the position
+    /// grants only if every part did (a part granted while another refused
+    /// is undone), so the set is all or none there too (docs/cluster.md).
     pub fn lock_all(&self, resources: &[&str]) -> Result<MultiGuard, Error> {
         self.lock_all_with(resources, self.shared().cfg.defaults)
     }

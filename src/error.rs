@@ -195,7 +195,8 @@ impl fmt::Display for Error {
             } => {
                 write!(
                     f,
-                    "no quorum for {resource:?}: {granted} instance(s) agreed, {quorum} needed"
+                    "no quorum for {resource:?}: {granted} instance(s) granted before the \
+                     outcome was decided, {quorum} needed (too many failed or did not answer)"
                 )?;
                 write_errors(f, errors)
             }
@@ -375,11 +376,22 @@ impl InstanceError {
         if let Some(detail) = crate::transport::tls::describe(err) {
             return InstanceError::new(instance, InstanceErrorKind::Tls, detail);
         }
-        if err.kind() == K::AuthenticationFailed
-            || err
-                .code()
-                .is_some_and(|c| c == "NOAUTH" || c == "WRONGPASS" || c == "NOPERM")
-        {
+        if err.kind() == K::AuthenticationFailed || err.code() == Some("WRONGPASS") {
+            return InstanceError::new(
+                instance,
+                InstanceErrorKind::Auth,
+                "wrong user name or password, or the user is disabled: the server refused the \
+                 credentials in the URL",
+            );
+        }
+        if err.code() == Some("NOAUTH") {
+            return InstanceError::new(
+                instance,
+                InstanceErrorKind::Auth,
+                "the server requires a password and the URL gives none (NOAUTH)",
+            );
+        }
+        if err.code() == Some("NOPERM") {
             return InstanceError::new(instance, InstanceErrorKind::Auth, err.to_string());
         }
         if err.code() == Some("WRONGTYPE") {
@@ -480,7 +492,10 @@ mod tests {
         };
         let text = unavailable.to_string();
         assert!(
-            text.starts_with("no quorum for \"r\": 1 instance(s) agreed, 2 needed: "),
+            text.starts_with(
+                "no quorum for \"r\": 1 instance(s) granted before the outcome was decided, 2 \
+                 needed (too many failed or did not answer): "
+            ),
             "{text}"
         );
         assert_eq!(text.matches("; ").count(), 1, "{text}");

@@ -56,8 +56,10 @@ impl LockOptions {
     }
 
     /// Total time to keep retrying while the lock is held elsewhere or the
-    /// instances are unavailable. Zero means exactly one attempt. A new
-    /// attempt starts only if it can end before this budget does.
+    /// instances are unavailable. Zero means exactly one attempt. The call
+    /// listens for a release almost to the end, and starts a new attempt
+    /// only if it can end before this budget does (judged by the call's
+    /// slowest attempt so far, twice over for a possible raise round).
     ///
     /// Defaults to 10 s.
     pub fn wait(mut self, wait: Duration) -> Self {

@@ -126,6 +126,13 @@ impl From<&String> for Position {
     }
 }
 
+/// A slice of URLs (`&urls[..4]`, `urls.iter()`) yields `&&str`.
+impl From<&&str> for Position {
+    fn from(text: &&str) -> Self {
+        Position::from_text(text)
+    }
+}
+
 macro_rules! standalone_from {
     ($($t:ty),*) => {$(
         impl From<$t> for Position {
@@ -202,6 +209,15 @@ fn parse_cluster_url(text: &str) -> Result<Vec<ConnectionInfo>, Invalid> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slice_of_urls_gives_positions() {
+        let urls = ["redis://127.0.0.1:7001", "redis://127.0.0.1:7002"];
+        let positions: Vec<Position> = urls[..2].iter().map(Position::from).collect();
+        assert_eq!(positions.len(), 2);
+        // What a user writes: a slice of the URLs, as in `Redlock::new(&urls[..3])`.
+        let _ = crate::Redlock::builder(&urls[..2]);
+    }
 
     fn seeds(text: &str) -> Vec<String> {
         match Position::from(text).kind {

@@ -43,6 +43,13 @@ fn verbose_progress_and_quiet_silence() {
     for needle in ["granted", "token", "extended", "released"] {
         assert!(err.contains(needle), "no {needle:?} in {err}");
     }
+    // Each progress line starts with its UTC time, for cron logs.
+    let first = err.lines().find(|l| l.contains("granted")).unwrap();
+    let (stamp, _) = first.split_once(' ').unwrap();
+    assert!(
+        stamp.len() == 24 && stamp.ends_with('Z') && stamp.as_bytes()[10] == b'T',
+        "{first}"
+    );
     let out = run(&cluster, &["-q"], "progress", "exit 0");
     assert_eq!(code(out.status), 0);
     assert_eq!(stderr(&out), "");

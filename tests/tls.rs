@@ -318,8 +318,8 @@ mod with_tls {
         texts.push(format!("{refused:?}"));
         let err = refused.try_lock("secret").unwrap_err();
         let errors = match &err {
-            Error::Unavailable { errors, .. } => errors.clone(),
-            other => panic!("expected Unavailable, got {other:?}"),
+            Error::AccessDenied { errors, .. } => errors.clone(),
+            other => panic!("expected AccessDenied, got {other:?}"),
         };
         assert!(
             errors.iter().all(|e| e.kind() == InstanceErrorKind::Auth),

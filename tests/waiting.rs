@@ -605,3 +605,28 @@ fn a_grant_that_arrives_after_the_cancel_is_released() {
     );
     net.pass_all();
 }
+
+/// A release near the end of the wait is not missed: the call listens
+/// almost to its deadline (until its measured attempt time would no longer
+/// fit), not two instance timeouts before it.
+#[test]
+fn a_release_late_in_the_wait_is_taken() {
+    let cluster = RedisServers::start(3);
+    let holder = client(&cluster);
+    let waiter = builder(&cluster)
+        .instance_timeout(Duration::from_millis(150))
+        .build()
+        .unwrap();
+    warm(&waiter);
+    let held = holder.lock("late").unwrap();
+    let start = Instant::now();
+    let release = std::thread::spawn(move || {
+        // Past the old cut-off (the budget less two instance timeouts:
+        // 300 ms), well before the end of the 600 ms budget.
+        std::thread::sleep(Duration::from_millis(450).saturating_sub(start.elapsed()));
+        held.release().unwrap();
+    });
+    let got = waiter.try_lock_for("late", Duration::from_millis(600));
+    release.join().unwrap();
+    assert!(got.is_ok(), "gave up at {:?}: {got:?}", start.elapsed());
+}

@@ -24,9 +24,10 @@ pub(crate) struct Waiting<'a> {
     watch: Option<Watch<'a>>,
     /// The last wait ended with a release announced for this call.
     woken: bool,
-    /// No attempt may start later than this (`None`: no time for any
-    /// retry): an attempt and a raise round must fit before the deadline.
-    latest_start: Option<Instant>,
+    /// The end of the wait budget.
+    deadline: Instant,
+    /// The longest attempt of this call so far: what the next one may take.
+    slowest_attempt: Option<Duration>,
     /// Ends every wait at once when cancelled.
     cancel: Option<Cancel>,
 }
@@ -45,9 +46,23 @@ impl<'a> Waiting<'a> {
             channels,
             watch: None,
             woken: false,
-            latest_start: deadline.checked_sub(shared.cfg.instance_timeout * 2),
+            deadline,
+            slowest_attempt: None,
             cancel,
         }
+    }
+
+    /// No attempt may start later than this (`None`: no time for any
+    /// retry), so that it can still end by the deadline: an attempt is a
+    /// vote and maybe a raise round, each as long as this call's slowest
+    /// attempt so far (two instance timeouts at most, and before any was
+    /// measured). Until then the call keeps listening for a release.
+    fn latest_start(&self) -> Option<Instant> {
+        let worst = self.shared.cfg.instance_timeout * 2;
+        let bound = self.slowest_attempt.map_or(worst, |slowest| {
+            (slowest * 2).clamp(Duration::from_millis(1), worst)
+        });
+        self.deadline.checked_sub(bound)
     }
 
     /// Whether the call was cancelled.
@@ -68,7 +83,7 @@ impl<'a> Waiting<'a> {
         }
         let queued = self.notifier.watch(&self.channels);
         let until = self
-            .latest_start
+            .latest_start()
             .map_or(Instant::now(), |t| t.min(Instant::now() + MAX_NOTIFY_WAIT));
         self.woken = queued.wait_released(until, self.stop());
         self.watch = Some(queued);
@@ -101,8 +116,10 @@ impl<'a> Waiting<'a> {
         granted: usize,
         attempt_start: Instant,
     ) -> Result<(), Error> {
+        let took = attempt_start.elapsed();
+        self.slowest_attempt = Some(self.slowest_attempt.map_or(took, |s| s.max(took)));
         let now = Instant::now();
-        let latest_start = match self.latest_start {
+        let latest_start = match self.latest_start() {
             Some(t) if error.is_retryable() && now < t => t,
             _ => return Err(error),
         };

@@ -47,7 +47,13 @@ pub struct Common {
 
     /// PEM file of the CA that signed the servers' certificates (rediss:// URLs), instead
     /// of the system's trusted roots.
-    #[arg(long, env = "REDFENCE_TLS_CA_FILE", value_name = "FILE", global = true)]
+    #[arg(
+        long,
+        env = "REDFENCE_TLS_CA_FILE",
+        value_name = "FILE",
+        global = true,
+        help_heading = "TLS (rediss:// URLs)"
+    )]
     pub tls_ca_file: Option<PathBuf>,
 
     /// PEM file of the client certificate, for servers that require one
@@ -56,7 +62,8 @@ pub struct Common {
         long,
         env = "REDFENCE_TLS_CERT_FILE",
         value_name = "FILE",
-        global = true
+        global = true,
+        help_heading = "TLS (rediss:// URLs)"
     )]
     pub tls_cert_file: Option<PathBuf>,
 
@@ -65,7 +72,8 @@ pub struct Common {
         long,
         env = "REDFENCE_TLS_KEY_FILE",
         value_name = "FILE",
-        global = true
+        global = true,
+        help_heading = "TLS (rediss:// URLs)"
     )]
     pub tls_key_file: Option<PathBuf>,
 
