@@ -18,8 +18,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::PrometheusBuilder;
-use redfence::testing::RedisServers;
-use redfence::{Error, LockOptions, Redlock};
+use redfence::testing::{RedisServer, RedisServers};
+use redfence::{redis, Error, LockOptions, Redlock};
 
 /// Buckets for the duration histograms, in seconds: from a loopback grant
 /// (well under a millisecond) to a long hold.
@@ -85,21 +85,22 @@ fn run() -> Result<(), String> {
     }
     held.release().map_err(|e| e.to_string())?;
 
-    // Fencing counters that disagree (as after a partition): three
-    // instances each ahead by a different amount, so that any quorum of
-    // granting instances sees two different counters and the grant needs a
-    // raise round.
-    for i in 0..3 {
-        let ahead = (9_000_000_000_000_000u64 + 10 * i as u64).to_string();
+    // Fencing counters that disagree (as after a partition: two instances
+    // half a second ahead of the others, within what a raise may adopt),
+    // and a third instance frozen: whichever instances grant, fewer than a
+    // quorum hold the chosen token, and the grant needs a raise round.
+    let now = instance_micros(cluster.server(4))?;
+    for i in 0..2 {
+        let ahead = (now + 500_000 + 100_000 * i as u64).to_string();
         cluster
             .server(i)
             .cmd(&["SET", "redfence:fence:{ledger}", &ahead])
             .map_err(|e| e.to_string())?;
     }
-    locks
-        .lock("ledger")
-        .and_then(|g| g.release())
-        .map_err(|e| e.to_string())?;
+    cluster.server(2).stop();
+    let ledger = locks.lock("ledger").and_then(|g| g.release());
+    cluster.server(2).cont();
+    ledger.map_err(|e| e.to_string())?;
 
     // A lease lost to a frozen majority; its release is owed to them.
     let fragile = locks
@@ -288,4 +289,12 @@ fn poll(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The instance's clock (`TIME`), in microseconds since 1970.
+fn instance_micros(server: &RedisServer) -> Result<u64, String> {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME")
+        .query(&mut server.connection())
+        .map_err(|e| e.to_string())?;
+    Ok(secs * 1_000_000 + micros)
 }

@@ -53,7 +53,10 @@ const PING_GRACE: Duration = Duration::from_millis(50);
 impl Redlock {
     pub(crate) fn start(shared: Shared, notifier: Notifier) -> Result<Redlock, Error> {
         let shared = Arc::new(shared);
-        telemetry::client_built(shared.instances.names());
+        // A cluster position's series are its shards', named when each is
+        // found (`instance_started`), not the position's.
+        let standalone = shared.instances.voters().iter().filter(|v| !v.is_cluster());
+        telemetry::client_built(standalone.map(|v| v.name()));
         let watchdog = Watchdog::start(Arc::clone(&shared))
             .map_err(|e| Error::invalid_config(format!("cannot start the watchdog thread: {e}")))?;
         Ok(Redlock {

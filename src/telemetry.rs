@@ -220,17 +220,34 @@ fn register_at_zero<'a>(instances: impl Iterator<Item = &'a str>) {
     counter!(FENCE_RAISE_TOTAL).increment(0);
     gauge!(HELD_LOCKS).increment(0.0);
     for instance in instances {
-        for kind in INSTANCE_ERROR_KINDS {
-            counter!(
-                INSTANCE_ERRORS_TOTAL,
-                "instance" => instance.to_string(),
-                "kind" => kind_label(kind)
-            )
-            .increment(0);
-        }
-        gauge!(OWED_RELEASES, "instance" => instance.to_string()).increment(0.0);
-        counter!(OWED_RELEASES_DROPPED_TOTAL, "instance" => instance.to_string()).increment(0);
+        register_instance(instance);
     }
+}
+
+/// A worker started for `instance` (a standalone instance when the client
+/// is built, a cluster shard master when its position finds it): its
+/// series, at zero, under the name its events will use.
+#[inline]
+pub(crate) fn instance_started(instance: &str) {
+    #[cfg(feature = "metrics")]
+    register_instance(instance);
+    #[cfg(not(feature = "metrics"))]
+    let _ = instance;
+}
+
+#[cfg(feature = "metrics")]
+fn register_instance(instance: &str) {
+    use metrics::{counter, gauge};
+    for kind in INSTANCE_ERROR_KINDS {
+        counter!(
+            INSTANCE_ERRORS_TOTAL,
+            "instance" => instance.to_string(),
+            "kind" => kind_label(kind)
+        )
+        .increment(0);
+    }
+    gauge!(OWED_RELEASES, "instance" => instance.to_string()).increment(0.0);
+    counter!(OWED_RELEASES_DROPPED_TOTAL, "instance" => instance.to_string()).increment(0);
 }
 
 /// The `outcome` label of a lock call that failed with `error`.

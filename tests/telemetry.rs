@@ -1250,3 +1250,58 @@ fn leader_gauge_and_changes_are_recorded() {
         "counted twice: {after:?}"
     );
 }
+
+#[cfg(feature = "metrics")]
+/// docs/observability.md: a Redis Cluster position's series are its
+/// shards', one name per shard master, at zero once the position found
+/// it; nothing is registered under the position's own name.
+#[test]
+fn a_cluster_position_has_one_name_per_shard() {
+    use redfence::testing::ShardedCluster;
+    use redfence::Position;
+
+    let _turn = turn();
+    let shards = ShardedCluster::start(3);
+    let locks = Redlock::builder([Position::cluster(shards.seed_urls())])
+        .instance_timeout(Duration::from_millis(1000))
+        .build()
+        .expect("client builds");
+    assert!(common::eventually(Duration::from_secs(10), || locks
+        .ping()
+        .iter()
+        .filter(|(_, r)| r.is_ok())
+        .count()
+        == 3));
+    // Every series the recorder has, at zero or not (other turns' series
+    // included: only this position's names are looked at).
+    let names: std::collections::BTreeSet<String> = recorded::snapshotter()
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| key.key().name() == "redfence_instance_errors_total")
+        .filter_map(|(key, ..)| {
+            let instance = key.key().labels().find(|l| l.key() == "instance")?;
+            Some(instance.value().to_string())
+        })
+        .filter(|name| name.starts_with("cluster #0"))
+        .collect();
+    assert!(
+        names.iter().all(|n| !n.starts_with("cluster #0 (")),
+        "series under the position's name: {names:?}"
+    );
+    let ports: Vec<String> = shards
+        .masters()
+        .iter()
+        .map(|m| format!(":{}", m.port()))
+        .collect();
+    let names: std::collections::BTreeSet<String> = names
+        .into_iter()
+        .filter(|n| ports.iter().any(|p| n.ends_with(p)))
+        .collect();
+    let expected: std::collections::BTreeSet<String> = shards
+        .masters()
+        .iter()
+        .map(|m| format!("cluster #0 shard 127.0.0.1:{}", m.port()))
+        .collect();
+    assert_eq!(names, expected);
+}

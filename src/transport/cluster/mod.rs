@@ -289,6 +289,7 @@ impl Router {
         })?;
         let client = open_client(info, &s.tls).map_err(std::io::Error::other)?;
         let name = format!("cluster #{} shard {addr}", self.index);
+        crate::telemetry::instance_started(&name);
         // Native commands are not probed on shards: the probe key lives in
         // one slot, which most shards would answer with MOVED.
         let manager = Manager::new(
