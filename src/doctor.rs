@@ -41,7 +41,7 @@ impl fmt::Display for Severity {
 #[non_exhaustive]
 pub struct Finding {
     /// What was checked: `reachable`, `role`, `independence`, `eviction`,
-    /// `persistence`, `clock`, `permissions`, `info`.
+    /// `persistence`, `clock`, `permissions`, `info`, `cluster`, `native`.
     pub check: &'static str,
     /// How much it matters.
     pub severity: Severity,
@@ -150,18 +150,32 @@ impl Redlock {
     /// # Ok::<(), redfence::Error>(())
     /// ```
     pub fn doctor(&self) -> DoctorReport {
-        let cmd = redis::cmd("INFO")
+        let mut pipe = redis::pipe();
+        pipe.cmd("INFO")
             .arg("server")
             .arg("replication")
             .arg("memory")
-            .arg("persistence")
-            .get_packed_command();
-        let answers = self.ask_each_server(cmd.into(), 1);
+            .arg("persistence");
+        // Answered with an error by a standalone server; read on shards.
+        pipe.cmd("CLUSTER").arg("INFO");
+        let answers = self.ask_each_server(pipe.get_packed_pipeline().into(), 2);
+        let clusters: Vec<bool> = self
+            .shared()
+            .instances
+            .voters()
+            .iter()
+            .map(|v| v.is_cluster())
+            .collect();
         let mut rows: Vec<InstanceReport> = Vec::with_capacity(answers.len());
         let mut run_ids: HashMap<String, Vec<usize>> = HashMap::new();
         let mut positions_up: Vec<bool> = vec![true; self.instance_count()];
         for (position, name, answer) in answers {
-            let (row, run_id) = examine(name, answer);
+            let shard = clusters.get(position).copied().unwrap_or(false);
+            let (mut row, run_id) = examine(name, answer, shard);
+            if row.reachable && !shard {
+                let commands = self.shared().instances.native_commands(position);
+                row.findings.extend(commands.map(native_finding));
+            }
             if !row.reachable {
                 if let Some(up) = positions_up.get_mut(position) {
                     *up = false;
@@ -243,7 +257,12 @@ pub(crate) const PROBE_RESOURCE: &str = "redfence-doctor";
 fn examine(
     instance: String,
     answer: Result<Vec<Value>, InstanceError>,
+    shard: bool,
 ) -> (InstanceReport, Option<String>) {
+    let cluster_info = match &answer {
+        Ok(values) if shard => values.get(1).cloned(),
+        _ => None,
+    };
     // An error reply (NOPERM for a user without +info) is an answer too.
     let answer = answer.and_then(|values| match values.first() {
         Some(Value::ServerError(e)) => Err(InstanceError::new(
@@ -293,6 +312,8 @@ fn examine(
     row.findings.extend(role_findings(&info));
     row.findings.extend(eviction_findings(&info));
     row.findings.extend(persistence_findings(&info));
+    row.findings
+        .extend(cluster_info.and_then(|v| cluster_findings(&v)));
     (row, info.get("run_id").map(str::to_string))
 }
 
@@ -348,6 +369,65 @@ fn persistence_findings(info: &Info) -> Option<Finding> {
         severity: Severity::Notice,
         message,
     })
+}
+
+/// A shard's view of its cluster (`CLUSTER INFO`): a cluster that is not
+/// `ok`, or whose slots are not all served, refuses some resources.
+fn cluster_findings(reply: &Value) -> Option<Finding> {
+    let text = match reply {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::VerbatimString { text, .. } => text.clone(),
+        Value::ServerError(e) => {
+            return Some(Finding {
+                check: "cluster",
+                severity: Severity::Notice,
+                message: format!(
+                    "CLUSTER INFO refused ({}): the cluster's state and slot coverage were not \
+                     checked",
+                    e.code()
+                ),
+            });
+        }
+        _ => return None,
+    };
+    let info = Info::parse(&text);
+    let state = info.get("cluster_state").unwrap_or("unknown");
+    let ok: u32 = info.get("cluster_slots_ok")?.parse().ok()?;
+    if state == "ok" && ok == 16_384 {
+        return None;
+    }
+    Some(Finding {
+        check: "cluster",
+        severity: Severity::Error,
+        message: format!(
+            "cluster state {state}, {ok} of 16384 slots served: resources in the others are \
+             refused (see cluster-require-full-coverage, docs/cluster.md)"
+        ),
+    })
+}
+
+/// Which native commands replace the scripts on this server.
+fn native_finding(commands: crate::protocol::native::Commands) -> Finding {
+    let mut native = Vec::new();
+    if commands.delifeq {
+        native.push("DELIFEQ releases");
+    }
+    if commands.delex {
+        native.push("DELEX releases");
+    }
+    if commands.set_ifeq {
+        native.push("SET IFEQ extensions");
+    }
+    let message = if native.is_empty() {
+        "no native commands: releases and extensions run the Lua scripts".to_string()
+    } else {
+        format!("native commands: {}", native.join(", "))
+    };
+    Finding {
+        check: "native",
+        severity: Severity::Notice,
+        message,
+    }
 }
 
 fn clock_finding(offset: ClockOffset) -> Finding {

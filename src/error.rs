@@ -376,6 +376,23 @@ impl InstanceError {
         if let Some(detail) = crate::transport::tls::describe(err) {
             return InstanceError::new(instance, InstanceErrorKind::Tls, detail);
         }
+        // A refusal inside a pipeline (the scripts loaded on connect) is
+        // the server's own error, not "Pipeline failure: [(Index 0, …)]".
+        if let Some(first) = err
+            .clone()
+            .into_server_errors()
+            .and_then(|items| items.first().map(|(_, e)| e.clone()))
+        {
+            let detail = first.details().map_or_else(
+                || first.code().to_string(),
+                |d| format!("{} {d}", first.code()),
+            );
+            return InstanceError::new(
+                instance,
+                InstanceErrorKind::from_code(first.code()),
+                detail,
+            );
+        }
         if err.kind() == K::AuthenticationFailed || err.code() == Some("WRONGPASS") {
             return InstanceError::new(
                 instance,

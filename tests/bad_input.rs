@@ -202,7 +202,7 @@ fn authentication_failures_are_reported_per_instance() {
         .build()
         .unwrap();
     match locks.try_lock("secret") {
-        Err(Error::Unavailable { errors, .. }) => {
+        Err(Error::AccessDenied { errors, .. }) => {
             assert_eq!(
                 errors.len(),
                 2,
@@ -221,7 +221,7 @@ fn authentication_failures_are_reported_per_instance() {
                 assert!(names.iter().any(|n| n == e.instance()), "{e}");
             }
         }
-        other => panic!("expected Unavailable, got {other:?}"),
+        other => panic!("expected AccessDenied, got {other:?}"),
     }
     // No password at all: the server answers NOAUTH, also an Auth error.
     let bare: Vec<String> = servers
@@ -233,13 +233,13 @@ fn authentication_failures_are_reported_per_instance() {
         .build()
         .unwrap();
     match locks.try_lock("secret") {
-        Err(Error::Unavailable { errors, .. }) => {
+        Err(Error::AccessDenied { errors, .. }) => {
             assert!(!errors.is_empty());
             for e in &errors {
                 assert_eq!(e.kind(), InstanceErrorKind::Auth, "{e}");
             }
         }
-        other => panic!("expected Unavailable, got {other:?}"),
+        other => panic!("expected AccessDenied, got {other:?}"),
     }
     let good: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let locks = builder_from(good);

@@ -164,3 +164,36 @@ fn a_missing_permission_is_named_and_a_missing_info_is_a_notice() {
     }
     assert!(!format!("{report:?}").contains("s3cret"));
 }
+
+/// A cluster position is checked shard by shard: a sound cluster is
+/// healthy; once slots go unserved, the shards that see it say so.
+#[test]
+fn a_cluster_with_unserved_slots_is_an_error() {
+    use redfence::testing::ShardedCluster;
+    use redfence::Position;
+
+    let shards = ShardedCluster::start(3);
+    let locks = Redlock::builder([Position::cluster(shards.seed_urls())])
+        .build()
+        .unwrap();
+    assert!(common::eventually(
+        std::time::Duration::from_secs(10),
+        || { locks.doctor().is_healthy() }
+    ));
+    shards
+        .master(0)
+        .cmd(&["CLUSTER", "DELSLOTSRANGE", "0", "99"])
+        .unwrap();
+    assert!(
+        common::eventually(std::time::Duration::from_secs(10), || {
+            let report = locks.doctor();
+            report.instances.iter().any(|row| {
+                row.findings
+                    .iter()
+                    .any(|f| f.check == "cluster" && f.severity == Severity::Error)
+            })
+        }),
+        "{:#?}",
+        locks.doctor()
+    );
+}

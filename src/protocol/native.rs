@@ -19,7 +19,7 @@
 //!   only moves it later (`GT`). `src/lock/lease.rs` sends it only under the
 //!   rules `tests/model_lease.rs` checks.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,19 +38,36 @@ pub(crate) struct Commands {
     pub set_ifeq: bool,
 }
 
-/// Whether an instance's latest connection extends natively, for the
-/// lease to know whether a native form can be sent at all (the worker
-/// decides per connection).
+/// What an instance's latest connection runs natively: for the lease to
+/// know whether a native form can be sent at all (the worker decides per
+/// connection), and for the doctor to tell.
 #[derive(Default)]
-pub(crate) struct Support(AtomicBool);
+pub(crate) struct Support(AtomicU8);
+
+const DELIFEQ: u8 = 1;
+const DELEX: u8 = 2;
+const SET_IFEQ: u8 = 4;
 
 impl Support {
     pub fn record(&self, commands: Commands) {
-        self.0.store(commands.set_ifeq, Ordering::Release);
+        let bit = |on: bool, bit: u8| if on { bit } else { 0 };
+        let bits = bit(commands.delifeq, DELIFEQ)
+            | bit(commands.delex, DELEX)
+            | bit(commands.set_ifeq, SET_IFEQ);
+        self.0.store(bits, Ordering::Release);
     }
 
     pub fn extends_natively(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.commands().set_ifeq
+    }
+
+    pub fn commands(&self) -> Commands {
+        let bits = self.0.load(Ordering::Acquire);
+        Commands {
+            delifeq: bits & DELIFEQ != 0,
+            delex: bits & DELEX != 0,
+            set_ifeq: bits & SET_IFEQ != 0,
+        }
     }
 }
 

@@ -107,6 +107,12 @@ impl Instances {
         clock::offsets(self.clocks.iter().map(Arc::as_ref))
     }
 
+    /// What position `index`'s latest connection runs natively (nothing
+    /// for a cluster position: its shards are not probed).
+    pub fn native_commands(&self, index: usize) -> Option<crate::protocol::native::Commands> {
+        self.support.get(index).map(|s| s.commands())
+    }
+
     /// Whether some instance's connection extends natively, so that an
     /// extension's native form may be sent.
     pub fn extends_natively(&self) -> bool {
