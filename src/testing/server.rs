@@ -711,6 +711,18 @@ impl RedisServer {
         parse_commandstats(&info)
     }
 
+    /// Like [`commandstats`](Self::commandstats), with the microseconds
+    /// each command spent (`usec`, which for `EVALSHA` includes the
+    /// commands its script called): `name -> (calls, usec)`.
+    ///
+    /// # Panics
+    ///
+    /// If the command fails.
+    pub fn command_costs(&self) -> HashMap<String, (u64, u64)> {
+        let info: String = self.query(redis::cmd("INFO").arg("commandstats"));
+        parse_command_costs(&info)
+    }
+
     /// The last `lines` lines of the server's log file (all processes this
     /// server has been, across restarts).
     pub fn log_tail(&self, lines: usize) -> String {
@@ -1299,15 +1311,27 @@ pub(super) fn kill_and_reap(child: &mut Child) -> io::Result<()> {
 }
 
 fn parse_commandstats(info: &str) -> HashMap<String, u64> {
+    parse_command_costs(info)
+        .into_iter()
+        .map(|(name, (calls, _))| (name, calls))
+        .collect()
+}
+
+fn parse_command_costs(info: &str) -> HashMap<String, (u64, u64)> {
     info.lines()
         .filter_map(|line| {
             let (name, fields) = line.trim().strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = fields
-                .split(',')
-                .find_map(|field| field.strip_prefix("calls="))?
-                .parse()
-                .ok()?;
-            Some((name.to_ascii_lowercase(), calls))
+            let field = |key: &str| -> Option<u64> {
+                fields
+                    .split(',')
+                    .find_map(|f| f.strip_prefix(key))?
+                    .parse()
+                    .ok()
+            };
+            Some((
+                name.to_ascii_lowercase(),
+                (field("calls=")?, field("usec=")?),
+            ))
         })
         .collect()
 }
@@ -1328,6 +1352,9 @@ mod tests {
         assert_eq!(stats.get("evalsha"), Some(&3));
         assert_eq!(stats.get("client|setname"), Some(&1));
         assert_eq!(stats.len(), 2);
+        let costs = parse_command_costs(info);
+        assert_eq!(costs.get("evalsha"), Some(&(3, 10)));
+        assert_eq!(costs.get("client|setname"), Some(&(1, 1)));
     }
 
     #[test]
