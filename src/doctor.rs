@@ -243,7 +243,7 @@ impl Redlock {
                 row.findings.push(Finding {
                     check: "permissions",
                     severity: Severity::Error,
-                    message: format!("{} (see acl_rules)", e.detail()),
+                    message: e.detail().to_string(),
                 });
             }
         }

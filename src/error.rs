@@ -322,6 +322,22 @@ impl InstanceErrorKind {
     }
 }
 
+/// The ACL rule a `NOPERM` refusal of a command asks for: `'evalsha'
+/// command` gives `+evalsha` (`'script|load'`, `+script|load`).
+fn missing_rule(detail: &str) -> Option<String> {
+    if !detail.starts_with("NOPERM") {
+        return None;
+    }
+    let (_, rest) = detail.split_once('\'')?;
+    let (command, after) = rest.split_once('\'')?;
+    let valid = !command.is_empty()
+        && command
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '|' || c == '-' || c == '_');
+    (valid && after.trim_start().starts_with("command"))
+        .then(|| format!("+{}", command.to_ascii_lowercase()))
+}
+
 /// How Redis 7.0 starts the error of a script whose call its ACL refused.
 const SCRIPT_ACL_REFUSAL: &str = "The user executing the script can't";
 
@@ -350,6 +366,11 @@ impl InstanceError {
                 "{detail} (the ACL user may not run a command or touch a key the redfence \
                  scripts use: allow redfence::acl_rules)"
             );
+        }
+        if kind == InstanceErrorKind::Auth {
+            if let Some(rule) = missing_rule(&detail) {
+                detail = format!("{detail} (missing ACL rule {rule}: see redfence::acl_rules)");
+            }
         }
         InstanceError {
             instance: instance.into(),
@@ -494,6 +515,32 @@ mod tests {
     fn classified(kind: io::ErrorKind) -> InstanceError {
         let err = redis::RedisError::from(io::Error::from(kind));
         InstanceError::from_redis("h:1/0", &err)
+    }
+
+    #[test]
+    fn a_refused_command_names_the_rule_that_allows_it() {
+        let e = InstanceError::new(
+            "a:1/0",
+            InstanceErrorKind::Auth,
+            "NOPERM User app has no permissions to run the 'evalsha' command",
+        );
+        assert!(
+            e.detail()
+                .ends_with("(missing ACL rule +evalsha: see redfence::acl_rules)"),
+            "{e}"
+        );
+        let sub = InstanceError::new(
+            "a:1/0",
+            InstanceErrorKind::Auth,
+            "NOPERM this user has no permissions to run the 'script|load' command",
+        );
+        assert!(sub.detail().contains("+script|load"), "{sub}");
+        let key = InstanceError::new(
+            "a:1/0",
+            InstanceErrorKind::Auth,
+            "NOPERM No permissions to access a key",
+        );
+        assert!(!key.detail().contains("missing ACL rule"), "{key}");
     }
 
     #[test]

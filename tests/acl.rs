@@ -124,7 +124,9 @@ fn a_missing_command_is_reported_per_instance() {
 #[test]
 fn a_missing_evalsha_is_named() {
     let cluster = cluster_with_rules(3, without("+evalsha"));
-    assert_refused(&denied(client(&cluster).try_lock("r")), "'evalsha'");
+    let errors = denied(client(&cluster).try_lock("r"));
+    assert_refused(&errors, "'evalsha'");
+    assert_refused(&errors, "missing ACL rule +evalsha");
 }
 
 #[test]
