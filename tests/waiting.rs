@@ -420,8 +420,16 @@ fn locking_a_free_resource_waits_for_nothing() {
 #[test]
 fn a_waiting_call_does_not_hammer_the_instances() {
     let cluster = RedisServers::start(3);
-    let holder = builder(&cluster).build().unwrap();
-    let waiter = builder(&cluster).build().unwrap();
+    // Patient clients: on a loaded machine a 50 ms instance timeout turns
+    // attempts into `Unavailable`, retried after a short random pause,
+    // which is not the pacing this test is about.
+    let patient = || {
+        builder(&cluster)
+            .instance_timeout(Duration::from_millis(1000))
+            .build()
+            .unwrap()
+    };
+    let (holder, waiter) = (patient(), patient());
     warm(&holder);
     warm(&waiter);
     let _held = holder.lock("busy").unwrap();
