@@ -1,18 +1,23 @@
 //! The watchdog: one thread per client that extends live leases before they
 //! run low, and marks a lease lost the moment it can no longer be kept.
 //!
-//! Leases wait in a timer heap keyed by when they next need attention, so a
+//! Leases wait in a timer map keyed by when they next need attention, so a
 //! tick touches only the leases that are due, whatever the number of live
 //! guards. The extension rounds of all due leases are sent at once and then
 //! counted, so many leases cost one round trip, not one each.
+//!
+//! A new lease is filed by the thread that took it, under the map's lock;
+//! the watchdog thread is woken only when the new lease is due before
+//! everything it already sleeps for. Waking it for every lease cost a
+//! tenth of a one-thread client's CPU per lock + release (see
+//! docs/performance.md).
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use parking_lot::{Condvar, Mutex};
 
 use crate::lock::lease::{try_begin_extend, Lease, Renewal};
 use crate::lock::shared::Shared;
@@ -22,112 +27,93 @@ use crate::LossReason;
 const IDLE: Duration = Duration::from_secs(60);
 
 pub(crate) struct Watchdog {
-    tx: Option<Sender<Weak<Lease>>>,
+    core: Arc<Core>,
     handle: Option<JoinHandle<()>>,
 }
 
 impl Watchdog {
     pub fn start(shared: Arc<Shared>) -> std::io::Result<Self> {
-        let (tx, rx) = crossbeam_channel::unbounded();
+        let core = Arc::new(Core {
+            shared,
+            timers: Mutex::new(Timers::default()),
+            changed: Condvar::new(),
+        });
+        let runner = Runner {
+            core: Arc::clone(&core),
+        };
         let handle = std::thread::Builder::new()
             .name("redfence-watchdog".to_string())
-            .spawn(move || Runner::new(shared).run(rx))?;
+            .spawn(move || runner.run())?;
         Ok(Watchdog {
-            tx: Some(tx),
+            core,
             handle: Some(handle),
         })
     }
 
     /// Starts watching a new lease.
     pub fn watch(&self, lease: &Arc<Lease>) {
-        if let Some(tx) = &self.tx {
-            let _ = tx.send(Arc::downgrade(lease));
-        }
+        self.core.schedule_next(lease);
     }
 }
 
 impl Drop for Watchdog {
     fn drop(&mut self) {
-        // Disconnecting the channel is the stop signal.
-        drop(self.tx.take());
+        self.core.timers.lock().stopping = true;
+        self.core.changed.notify_all();
         if let Some(handle) = self.handle.take() {
             let _ = handle.join();
         }
     }
 }
 
-struct Due {
-    at: Instant,
+/// The leases by when they next need attention (a sequence number keeps
+/// equal times apart).
+#[derive(Default)]
+struct Timers {
+    due: BTreeMap<(Instant, u64), Weak<Lease>>,
     seq: u64,
-    lease: Weak<Lease>,
+    stopping: bool,
 }
 
-impl PartialEq for Due {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
+impl Timers {
+    /// Takes out every lease due by `now` that is still alive.
+    fn take_due(&mut self, now: Instant) -> Vec<Arc<Lease>> {
+        let later = self.due.split_off(&(now, u64::MAX));
+        let due = std::mem::replace(&mut self.due, later);
+        due.into_values().filter_map(|w| w.upgrade()).collect()
     }
-}
-impl Eq for Due {}
-impl PartialOrd for Due {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Due {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.at, self.seq).cmp(&(other.at, other.seq))
+
+    fn next_due(&self) -> Option<Instant> {
+        self.due.keys().next().map(|(at, _)| *at)
     }
 }
 
-struct Runner {
+/// What the client's threads and the watchdog thread share.
+struct Core {
     shared: Arc<Shared>,
-    heap: BinaryHeap<Reverse<Due>>,
-    seq: u64,
+    timers: Mutex<Timers>,
+    /// Signalled when a lease is due before everything else, or on stop.
+    changed: Condvar,
 }
 
-impl Runner {
-    fn new(shared: Arc<Shared>) -> Self {
-        Runner {
-            shared,
-            heap: BinaryHeap::new(),
-            seq: 0,
+impl Core {
+    fn schedule(&self, at: Instant, lease: Weak<Lease>) {
+        let mut timers = self.timers.lock();
+        let first = timers.next_due().is_none_or(|next| at < next);
+        timers.seq += 1;
+        let seq = timers.seq;
+        timers.due.insert((at, seq), lease);
+        drop(timers);
+        if first {
+            self.changed.notify_one();
         }
-    }
-
-    fn run(mut self, rx: Receiver<Weak<Lease>>) {
-        loop {
-            let timeout = self.heap.peek().map_or(IDLE, |Reverse(d)| {
-                d.at.saturating_duration_since(Instant::now())
-            });
-            match rx.recv_timeout(timeout) {
-                Ok(lease) => {
-                    self.schedule_next(lease);
-                    for lease in rx.try_iter() {
-                        self.schedule_next(lease);
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return,
-            }
-            self.tick();
-        }
-    }
-
-    fn schedule(&mut self, at: Instant, lease: Weak<Lease>) {
-        self.seq += 1;
-        self.heap.push(Reverse(Due {
-            at,
-            seq: self.seq,
-            lease,
-        }));
     }
 
     /// Decides when a lease next needs attention: its renewal time if the
     /// watchdog extends it, else the end of its validity (to signal loss).
-    fn schedule_next(&mut self, weak: Weak<Lease>) {
-        let Some(lease) = weak.upgrade() else { return };
+    fn schedule_next(&self, lease: &Arc<Lease>) {
         let Some(r) = lease.renewal() else { return };
-        let may_extend = self.may_extend(&lease, r.extensions);
+        let may_extend = self.may_extend(lease, r.extensions);
         if lease.auto_extend && !may_extend {
             lease.stop_extending();
         }
@@ -136,7 +122,7 @@ impl Runner {
         } else {
             r.valid_until
         };
-        self.schedule(at, weak);
+        self.schedule(at, Arc::downgrade(lease));
     }
 
     /// When to send a lease's next extension round.
@@ -165,19 +151,9 @@ impl Runner {
         (ttl / 20).max(self.shared.cfg.instance_timeout)
     }
 
-    fn tick(&mut self) {
-        let now = Instant::now();
-        let mut due = Vec::new();
-        while self.heap.peek().is_some_and(|Reverse(d)| d.at <= now) {
-            if let Some(Reverse(d)) = self.heap.pop() {
-                if let Some(lease) = d.lease.upgrade() {
-                    due.push(lease);
-                }
-            }
-        }
-        if due.is_empty() {
-            return;
-        }
+    /// Extends the due leases (or marks them lost), then files each
+    /// for its next turn.
+    fn tick(&self, due: Vec<Arc<Lease>>) {
         let shared = Arc::clone(&self.shared);
         let mut pending = Vec::new();
         for lease in &due {
@@ -203,8 +179,8 @@ impl Runner {
                 self.after_failure(lease);
             }
         }
-        for lease in due {
-            self.schedule_next(Arc::downgrade(&lease));
+        for lease in &due {
+            self.schedule_next(lease);
         }
     }
 
@@ -222,3 +198,28 @@ impl Runner {
         });
     }
 }
+
+struct Runner {
+    core: Arc<Core>,
+}
+
+impl Runner {
+    fn run(self) {
+        let core = &self.core;
+        let mut timers = core.timers.lock();
+        while !timers.stopping {
+            let due = timers.take_due(Instant::now());
+            if due.is_empty() {
+                let until = timers
+                    .next_due()
+                    .unwrap_or_else(|| Instant::now() + IDLE);
+                core.changed.wait_until(&mut timers, until);
+                continue;
+            }
+            drop(timers);
+            core.tick(due);
+            timers = core.timers.lock();
+        }
+    }
+}
+
