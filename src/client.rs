@@ -47,6 +47,37 @@ struct Inner {
     shared: Arc<Shared>,
 }
 
+/// One kind of acquisition attempt, repeated by the retry loop: a lock
+/// (one resource or a set) or a semaphore's permit.
+pub(crate) trait Step {
+    /// How errors and telemetry name what is asked for.
+    fn name(&self) -> &str;
+    /// The channels whose release announcements may free it.
+    fn channels(&self) -> Vec<String>;
+    /// One attempt.
+    fn attempt(&mut self, shared: &Shared, ttl: Duration) -> Result<Grant, acquire::Failure>;
+    /// What the last successful attempt took.
+    fn into_target(self) -> Target;
+}
+
+impl Step for Target {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn channels(&self) -> Vec<String> {
+        self.members.iter().map(|m| m.keys.channel.clone()).collect()
+    }
+
+    fn attempt(&mut self, shared: &Shared, ttl: Duration) -> Result<Grant, acquire::Failure> {
+        acquire::attempt(shared, self, ttl)
+    }
+
+    fn into_target(self) -> Target {
+        self
+    }
+}
+
 /// Longest time a ping waits past its deadline for the workers' answers.
 const PING_GRACE: Duration = Duration::from_millis(50);
 
@@ -66,6 +97,10 @@ impl Redlock {
                 shared,
             }),
         })
+    }
+
+    pub(crate) fn shared_arc(&self) -> &Arc<Shared> {
+        &self.inner.shared
     }
 
     pub(crate) fn shared(&self) -> &Shared {
@@ -157,7 +192,7 @@ impl Redlock {
         ))
     }
 
-    fn keep_alive(&self) -> KeepAlive {
+    pub(crate) fn keep_alive(&self) -> KeepAlive {
         self.inner.clone()
     }
 
@@ -169,47 +204,54 @@ impl Redlock {
         target: Result<Target, Error>,
         options: LockOptions,
     ) -> Result<Arc<Lease>, Error> {
+        self.acquire_by(name, target, options)
+    }
+
+    /// [`acquire`](Self::acquire) for any kind of attempt (a lock, or a
+    /// semaphore's permit).
+    pub(crate) fn acquire_by<S: Step>(
+        &self,
+        name: &str,
+        step: Result<S, Error>,
+        options: LockOptions,
+    ) -> Result<Arc<Lease>, Error> {
         let call = telemetry::LockCall::start(name, options.get_wait());
         let mut attempts = 0;
-        let result =
-            call.in_scope(|| target.and_then(|t| self.attempts(t, options, &mut attempts)));
+        let result = call.in_scope(|| step.and_then(|s| self.attempts(s, options, &mut attempts)));
         call.finish(result.as_ref().map(|lease| lease.tokens[0]), attempts);
         result
     }
 
     /// The retry loop of every lock call: attempts, waits for releases,
     /// pauses; then hands the lease to the watchdog.
-    fn attempts(
+    fn attempts<S: Step>(
         &self,
-        target: Target,
+        mut step: S,
         options: LockOptions,
         attempts: &mut u32,
     ) -> Result<Arc<Lease>, Error> {
         let shared = self.shared();
         shared.cfg.validate(&options)?;
         shared.warmup.wait();
-        let channels = target
-            .members
-            .iter()
-            .map(|m| m.keys.channel.as_str())
-            .collect();
         let deadline = Instant::now() + options.get_wait();
         let cancel = options.get_cancel();
+        let channels = step.channels();
+        let channels = channels.iter().map(String::as_str).collect();
         let mut waiting = Waiting::new(shared, &self.inner.notifier, channels, deadline, cancel);
-        let cancelled = || Error::Cancelled {
-            resource: target.name.clone(),
+        let cancelled = |name: &str| Error::Cancelled {
+            resource: name.to_string(),
         };
         if options.get_wait() > Duration::ZERO {
             waiting.queue_behind_others();
         }
         loop {
             if waiting.cancelled() {
-                return Err(cancelled());
+                return Err(cancelled(step.name()));
             }
             *attempts += 1;
             waiting.before_attempt();
             let attempt_start = Instant::now();
-            let result = acquire::attempt(shared, &target, options.get_ttl());
+            let result = step.attempt(shared, options.get_ttl());
             telemetry::attempt_finished(
                 *attempts,
                 attempt_start.elapsed(),
@@ -221,12 +263,12 @@ impl Redlock {
             let failure = match result {
                 Ok(grant) => {
                     let cancelled = waiting.granted();
-                    return self.take_grant(cancelled, target, grant, &options);
+                    return self.take_grant(cancelled, step.into_target(), grant, &options);
                 }
                 Err(failure) => failure,
             };
             if waiting.cancelled() {
-                return Err(cancelled());
+                return Err(cancelled(step.name()));
             }
             let error = failure.error.with_attempts(*attempts);
             waiting.before_retry(error, failure.granted, attempt_start)?;

@@ -255,3 +255,63 @@ impl std::fmt::Debug for MultiGuard {
             .finish()
     }
 }
+
+/// One permit of a [`Semaphore`](crate::Semaphore): one of its numbered
+/// slots, held like a lock, with the slot's own fencing tokens. Dropping
+/// it releases the permit; the watchdog keeps it alive meanwhile, as for a
+/// [`LockGuard`].
+///
+/// Tokens increase per slot: a store that keeps, per slot, the newest
+/// token it saw refuses a late write from an earlier holder of that slot.
+///
+/// ```no_run
+/// # let locks = redfence::Redlock::new(["redis://127.0.0.1:7001"])?;
+/// let permit = locks.semaphore("heavy-batch", 2).acquire()?;
+/// permit.ensure_held()?;
+/// // store.write(permit.slot(), permit.token(), ...)?;
+/// permit.release()?;
+/// # Ok::<(), redfence::Error>(())
+/// ```
+#[must_use = "if unused the permit is released immediately"]
+#[clippy::has_significant_drop]
+pub struct Permit {
+    held: Held,
+    slot: u32,
+}
+
+impl Permit {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        lease: Arc<Lease>,
+        client: KeepAlive,
+        slot: u32,
+    ) -> Self {
+        Permit {
+            held: Held::new(shared, lease, client),
+            slot,
+        }
+    }
+
+    /// Which of the semaphore's slots this permit holds, from 0 to
+    /// `permits - 1`.
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+
+    /// The fencing token of this grant of the slot: greater than every
+    /// token the slot was granted with before.
+    pub fn token(&self) -> FencingToken {
+        self.held.lease.tokens[0]
+    }
+
+    lease_methods!();
+}
+
+impl std::fmt::Debug for Permit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Permit")
+            .field("slot", &self.slot)
+            .field("token", &self.token())
+            .finish_non_exhaustive()
+    }
+}

@@ -157,6 +157,7 @@ mod lock;
 mod options;
 mod position;
 mod protocol;
+mod semaphore;
 pub mod sql;
 mod telemetry;
 mod token;
@@ -197,7 +198,7 @@ pub use doctor::{DoctorReport, Finding, InstanceReport, Severity};
 pub use election::{Election, LeaderEvent, LeaderInfo, Leadership};
 pub use error::{Error, InstanceError, InstanceErrorKind, LossReason};
 pub use fenced::{fenced_get, fenced_set};
-pub use guard::{LockGuard, MultiGuard};
+pub use guard::{LockGuard, MultiGuard, Permit};
 pub use holder::Holder;
 pub use lock::config::MAX_TTL;
 pub use options::LockOptions;
@@ -205,6 +206,7 @@ pub use position::Position;
 pub use protocol::clock::{ClockOffset, MAX_CLOCK_OFFSET};
 pub use protocol::keys::{MAX_RESOURCES, MAX_RESOURCE_LEN};
 pub use protocol::value::MAX_IDENTITY_LEN;
+pub use semaphore::{Semaphore, MAX_PERMITS};
 pub use token::FencingToken;
 
 #[cfg(feature = "metrics")]

@@ -11,6 +11,14 @@
 //!   `V` that found no lock of its own (the attempt's acquire may still be
 //!   on its way); it makes that acquire refuse, and expires with the TTL.
 //!
+//! A semaphore `S` (`Redlock::semaphore`) keeps its permit count in
+//! `P permits:{S}` (`lua/semaphore_slots.lua`), and each of its slots `i`
+//! is a lock of its own: `P permit:{S}:i`, `P fence:{S}:permit:i`,
+//! `P void:{S}:permit:i:V`, all slots announcing releases on
+//! `P released:{S}:permits`. A resource's keys end with `}`, a slot's with
+//! its number, so they never collide; `{S}` keeps one semaphore on one
+//! cluster slot.
+//!
 //! The two prefixes differ, so no resource name can collide with another's
 //! counter, and `{R}` is a hash tag that keeps both keys on the same slot if
 //! an instance is a cluster node.
@@ -54,6 +62,32 @@ impl Keys {
     }
 }
 
+impl Keys {
+    /// The keys of slot `slot` of semaphore `name`: a lock of its own.
+    pub fn permit(prefix: &str, name: &str, slot: u32) -> Self {
+        let lock = format!("{prefix}permit:{{{name}}}:{slot}");
+        Keys {
+            slot: (!name.starts_with('}'))
+                .then(|| crate::protocol::slot::key_slot(lock.as_bytes())),
+            lock,
+            fence: format!("{prefix}fence:{{{name}}}:permit:{slot}"),
+            channel: semaphore_channel(prefix, name),
+            term: format!("{prefix}term:{{{name}}}:permit:{slot}"),
+            void: format!("{prefix}void:{{{name}}}:permit:{slot}:"),
+        }
+    }
+}
+
+/// Where semaphore `name` records its permit count.
+pub(crate) fn permits_record(prefix: &str, name: &str) -> String {
+    format!("{prefix}permits:{{{name}}}")
+}
+
+/// The channel every slot of semaphore `name` announces its releases on.
+pub(crate) fn semaphore_channel(prefix: &str, name: &str) -> String {
+    format!("{prefix}released:{{{name}}}:permits")
+}
+
 /// One resource a lock call asks for, and its keys.
 #[derive(Debug, Clone)]
 pub(crate) struct Member {
@@ -80,6 +114,19 @@ impl Target {
                 keys: Keys::new(prefix, resource),
             }],
         })
+    }
+
+    /// Slot `slot` of semaphore `name` (validated by the caller), named
+    /// `name#slot` in errors.
+    pub fn permit(prefix: &str, name: &str, slot: u32) -> Self {
+        let resource = format!("{name}#{slot}");
+        Target {
+            name: resource.clone(),
+            members: vec![Member {
+                resource,
+                keys: Keys::permit(prefix, name, slot),
+            }],
+        }
     }
 
     pub fn all(prefix: &str, resources: &[&str]) -> Result<Self, Error> {

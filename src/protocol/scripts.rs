@@ -19,6 +19,7 @@ const FENCE_RAISE_SOURCE: &str = include_str!("../../lua/fence_raise.lua");
 const HOLDER_SOURCE: &str = include_str!("../../lua/holder.lua");
 const RELEASE_HOLD_SOURCE: &str = include_str!("../../lua/release_hold.lua");
 const TERM_SOURCE: &str = include_str!("../../lua/term.lua");
+const SEMAPHORE_SLOTS_SOURCE: &str = include_str!("../../lua/semaphore_slots.lua");
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
@@ -27,9 +28,11 @@ static FENCE_RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_RAISE_
 static HOLDER: LazyLock<Script> = LazyLock::new(|| Script::new(HOLDER_SOURCE));
 static TERM: LazyLock<Script> = LazyLock::new(|| Script::new(TERM_SOURCE));
 static RELEASE_HOLD: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_HOLD_SOURCE));
+static SEMAPHORE_SLOTS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(SEMAPHORE_SLOTS_SOURCE));
 
 /// Sources of every script a worker connection preloads.
-pub(crate) const ALL_SOURCES: [&str; 7] = [
+pub(crate) const ALL_SOURCES: [&str; 8] = [
     TERM_SOURCE,
     ACQUIRE_SOURCE,
     RELEASE_SOURCE,
@@ -37,6 +40,7 @@ pub(crate) const ALL_SOURCES: [&str; 7] = [
     FENCE_RAISE_SOURCE,
     HOLDER_SOURCE,
     RELEASE_HOLD_SOURCE,
+    SEMAPHORE_SLOTS_SOURCE,
 ];
 
 /// How far ahead of an instance's clock the acquire script accepts the
@@ -80,6 +84,20 @@ fn eval(script: &Script, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
         cmd.arg(*a);
     }
     cmd
+}
+
+/// A semaphore's count check and free-slot list: its permits record, then
+/// the lock key of each of its `permits` slots.
+pub(crate) fn semaphore_slots(prefix: &str, name: &str, permits: u32) -> Arc<[u8]> {
+    let record = crate::protocol::keys::permits_record(prefix, name);
+    let locks: Vec<String> = (0..permits)
+        .map(|slot| Keys::permit(prefix, name, slot).lock)
+        .collect();
+    let keys: Vec<&str> = [record.as_str()]
+        .into_iter()
+        .chain(locks.iter().map(String::as_str))
+        .collect();
+    packed(&SEMAPHORE_SLOTS, &keys, &[permits.to_string().as_bytes()])
 }
 
 /// The acquire script of a lease: lock and fence keys in pairs, then the

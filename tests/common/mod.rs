@@ -139,11 +139,15 @@ pub fn assert_left_alone(cluster: &RedisServers, resource: &str, indices: &[usiz
 /// How many servers have a subscriber on the resource's release channel
 /// (`PUBSUB NUMSUB`): a waiting lock call listens there for the release.
 pub fn subscribers(cluster: &RedisServers, resource: &str) -> usize {
-    let channel = format!("redfence:released:{{{resource}}}");
+    subscribers_on(cluster, &format!("redfence:released:{{{resource}}}"))
+}
+
+/// How many servers have a subscriber on `channel`.
+pub fn subscribers_on(cluster: &RedisServers, channel: &str) -> usize {
     cluster
         .iter()
         .filter(|s| {
-            let reply = s.cmd(&["PUBSUB", "NUMSUB", &channel]);
+            let reply = s.cmd(&["PUBSUB", "NUMSUB", channel]);
             matches!(reply, Ok(redis::Value::Array(items))
                 if matches!(items.get(1), Some(redis::Value::Int(n)) if *n > 0))
         })

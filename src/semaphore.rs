@@ -1,0 +1,276 @@
+//! Counting semaphores with fenced permits: at most `permits` holders at
+//! once, each on its own numbered slot, each slot a lock of its own with
+//! its own fencing tokens.
+//!
+//! An acquisition attempt is two rounds. The first
+//! (`lua/semaphore_slots.lua`) checks the permit count recorded for the
+//! semaphore on each instance and lists the slots free there; the second
+//! takes one slot free on a quorum, exactly as a lock is taken
+//! (`lua/acquire.lua` on the slot's keys), trying the next free slot if
+//! that one was taken meanwhile. Everything a lock guarantees holds per
+//! slot, because a slot is a lock; `tests/model_semaphore.rs` checks how
+//! the slots and the count compose.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use crate::client::{Redlock, Step};
+use crate::guard::Permit;
+use crate::lock::acquire::{self, Failure, Grant};
+use crate::lock::shared::Shared;
+use crate::protocol::keys::{self, Keys, Target};
+use crate::protocol::scripts;
+use crate::transport::outgoing::Outgoing;
+use crate::transport::quorum::{error_reply, unexpected, Vote};
+use crate::{Error, LockOptions};
+
+/// Most permits one semaphore may have: every attempt lists every slot.
+pub const MAX_PERMITS: u32 = 1024;
+
+impl Redlock {
+    /// A handle on the counting semaphore `name` with `permits` permits:
+    /// at most that many holders at once, across every client. Cheap; it
+    /// checks nothing until used (a bad name or count fails each call).
+    ///
+    /// Every caller must name a semaphore with the same count: the first
+    /// use records it on the instances, and a call with another count fails
+    /// with [`Error::InvalidOptions`]. To change it, stop every holder and
+    /// delete the key `<prefix>permits:{name}` on every instance.
+    ///
+    /// ```no_run
+    /// # let locks = redfence::Redlock::new(["redis://127.0.0.1:7001"])?;
+    /// let payments = locks.semaphore("payments-api", 3);
+    /// let permit = payments.acquire()?; // one of 3, waiting if all are taken
+    /// println!("slot {} with token {}", permit.slot(), permit.token());
+    /// permit.release()?;
+    /// # Ok::<(), redfence::Error>(())
+    /// ```
+    pub fn semaphore(&self, name: &str, permits: u32) -> Semaphore {
+        Semaphore {
+            client: self.clone(),
+            name: name.to_string(),
+            permits,
+        }
+    }
+}
+
+/// A counting semaphore over the instances (see
+/// [`Redlock::semaphore`]). Clones share the client.
+#[derive(Clone)]
+pub struct Semaphore {
+    client: Redlock,
+    name: String,
+    permits: u32,
+}
+
+impl std::fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("name", &self.name)
+            .field("permits", &self.permits)
+            .finish()
+    }
+}
+
+impl Semaphore {
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How many permits it has.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// Takes a permit with the client's default options, waiting (up to
+    /// the default wait) while all are taken.
+    pub fn acquire(&self) -> Result<Permit, Error> {
+        self.acquire_with(self.client.shared().cfg.defaults)
+    }
+
+    /// Takes a permit if one is free now; [`Error::Contended`] otherwise.
+    pub fn try_acquire(&self) -> Result<Permit, Error> {
+        self.acquire_with(self.client.shared().cfg.defaults.wait(Duration::ZERO))
+    }
+
+    /// Takes a permit, waiting at most `wait` for one.
+    pub fn try_acquire_for(&self, wait: Duration) -> Result<Permit, Error> {
+        self.acquire_with(self.client.shared().cfg.defaults.wait(wait))
+    }
+
+    /// Takes a permit, waiting at most until `deadline`.
+    pub fn try_acquire_until(&self, deadline: Instant) -> Result<Permit, Error> {
+        self.try_acquire_for(deadline.saturating_duration_since(Instant::now()))
+    }
+
+    /// Takes a permit with these options (TTL, wait, watchdog,
+    /// cancellation), as [`Redlock::lock_with`] takes a lock. While every
+    /// permit is taken, the call waits for a release of any of them.
+    pub fn acquire_with(&self, options: LockOptions) -> Result<Permit, Error> {
+        let shared = self.client.shared();
+        let step = PermitStep::new(&shared.cfg.prefix, &self.name, self.permits);
+        let lease = self.client.acquire_by(&self.name, step, options)?;
+        let slot = lease.target.members[0]
+            .resource
+            .rsplit('#')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        Ok(Permit::new(
+            Arc::clone(self.client.shared_arc()),
+            lease,
+            self.client.keep_alive(),
+            slot,
+        ))
+    }
+}
+
+/// The attempts of one permit acquisition.
+struct PermitStep {
+    prefix: String,
+    name: String,
+    permits: u32,
+    /// The slot the last successful attempt took.
+    taken: Option<u32>,
+}
+
+impl PermitStep {
+    fn new(prefix: &str, name: &str, permits: u32) -> Result<Self, Error> {
+        keys::validate_resource(name)?;
+        if permits == 0 || permits > MAX_PERMITS {
+            return Err(Error::InvalidOptions {
+                reason: format!(
+                    "semaphore {name:?}: {permits} permits, the range is 1 to {MAX_PERMITS}"
+                ),
+            });
+        }
+        Ok(PermitStep {
+            prefix: prefix.to_string(),
+            name: name.to_string(),
+            permits,
+            taken: None,
+        })
+    }
+
+    /// The first round: the slots free on a quorum of instances, in a
+    /// random rotation so that callers spread over them.
+    fn free_slots(&self, shared: &Shared) -> Result<Vec<u32>, Failure> {
+        let packed = scripts::semaphore_slots(&self.prefix, &self.name, self.permits);
+        let slot = Keys::permit(&self.prefix, &self.name, 0).slot;
+        let deadline = shared.round_deadline();
+        let tally = shared
+            .instances
+            .round(&Outgoing::to_slot(slot, (packed, 1)), deadline, classify)
+            .wait(deadline);
+        let quorum = shared.instances.quorum();
+        if !quorum.reached(tally.yes.len()) {
+            if let Some((_, recorded)) = tally.no.first() {
+                return Err(self.mismatch(recorded).into());
+            }
+            if tally.has_wrong_type() {
+                let errors = tally.failed;
+                return Err(Error::WrongType {
+                    resource: self.name.clone(),
+                    errors,
+                }
+                .into());
+            }
+            let granted = tally.yes.len();
+            return Err(Error::unavailable(&self.name, quorum.size(), granted, tally.failed).into());
+        }
+        let mut free_on = vec![0usize; self.permits as usize];
+        for (_, slots) in &tally.yes {
+            for slot in slots.iter().filter(|s| **s < self.permits) {
+                free_on[*slot as usize] += 1;
+            }
+        }
+        let start = (uuid::Uuid::new_v4().as_u128() % u128::from(self.permits)) as u32;
+        Ok((0..self.permits)
+            .map(|i| (start + i) % self.permits)
+            .filter(|slot| quorum.reached(free_on[*slot as usize]))
+            .collect())
+    }
+
+    fn mismatch(&self, recorded: &str) -> Error {
+        let record = keys::permits_record(&self.prefix, &self.name);
+        Error::InvalidOptions {
+            reason: format!(
+                "semaphore {:?} has {recorded} permits on the instances, this call asked for {}; \
+                 every caller must use one count (to change it, stop every holder and delete \
+                 {record} on every instance)",
+                self.name, self.permits
+            ),
+        }
+    }
+
+    fn contended(&self, holder: Option<String>) -> Failure {
+        Failure::from(Error::Contended {
+            resource: self.name.clone(),
+            attempts: 0,
+            holder,
+        })
+    }
+}
+
+impl Step for PermitStep {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn channels(&self) -> Vec<String> {
+        vec![keys::semaphore_channel(&self.prefix, &self.name)]
+    }
+
+    fn attempt(&mut self, shared: &Shared, ttl: Duration) -> Result<Grant, Failure> {
+        let step = self;
+        let mut holder = None;
+        for slot in step.free_slots(shared)? {
+            let target = Target::permit(&step.prefix, &step.name, slot);
+            match acquire::attempt(shared, &target, ttl) {
+                Ok(grant) => {
+                    step.taken = Some(slot);
+                    return Ok(grant);
+                }
+                // Taken since the first round: the next free slot.
+                Err(Failure {
+                    error: Error::Contended { holder: h, .. },
+                    granted: 0,
+                }) => holder = h,
+                Err(failure) => return Err(failure),
+            }
+        }
+        Err(step.contended(holder))
+    }
+
+    fn into_target(self) -> Target {
+        Target::permit(&self.prefix, &self.name, self.taken.unwrap_or(0))
+    }
+}
+
+fn classify(values: &[Value]) -> Vote<Vec<u32>, String> {
+    if let Some(vote) = error_reply(values) {
+        return vote;
+    }
+    if let [Value::Array(items)] = values {
+        match items.as_slice() {
+            [Value::Int(1), slots @ ..] => {
+                let free = slots
+                    .iter()
+                    .filter_map(|v| match v {
+                        Value::Int(slot) => u32::try_from(*slot).ok(),
+                        _ => None,
+                    })
+                    .collect();
+                return Vote::Yes(free);
+            }
+            [Value::Int(0), Value::BulkString(recorded)] => {
+                return Vote::No(String::from_utf8_lossy(recorded).into_owned());
+            }
+            _ => {}
+        }
+    }
+    unexpected("semaphore slots", values)
+}

@@ -1,0 +1,183 @@
+//! Counting semaphores with fenced permits (`Redlock::semaphore`), on real
+//! servers: the count holds across clients, each permit has its own slot,
+//! tokens increase per slot, waiters are woken by releases, and a caller
+//! with another count is refused.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redfence::testing::RedisServers;
+use redfence::{Error, LockOptions, MAX_PERMITS};
+
+use common::client;
+
+#[test]
+fn no_more_permits_than_the_count_each_on_its_own_slot() {
+    let cluster = RedisServers::start(3);
+    let (a, b) = (client(&cluster), client(&cluster));
+    let jobs = a.semaphore("jobs", 2);
+    let first = jobs.try_acquire().unwrap();
+    let second = b.semaphore("jobs", 2).try_acquire().unwrap();
+    assert_ne!(first.slot(), second.slot());
+    assert!(first.slot() < 2 && second.slot() < 2);
+    match a.semaphore("jobs", 2).try_acquire() {
+        Err(Error::Contended { resource, .. }) => assert_eq!(resource, "jobs"),
+        other => panic!("a third permit of two: {other:?}"),
+    }
+    let freed = first.slot();
+    first.release().unwrap();
+    let third = b.semaphore("jobs", 2).try_acquire().unwrap();
+    assert_eq!(third.slot(), freed, "the only free slot");
+}
+
+#[test]
+fn tokens_increase_per_slot_across_clients() {
+    let cluster = RedisServers::start(3);
+    let clients = [client(&cluster), client(&cluster)];
+    let mut last: HashMap<u32, redfence::FencingToken> = HashMap::new();
+    for round in 0..20 {
+        let permit = clients[round % 2].semaphore("tokens", 1).acquire().unwrap();
+        assert_eq!(permit.slot(), 0);
+        if let Some(before) = last.insert(0, permit.token()) {
+            assert!(permit.token() > before, "{:?} after {before:?}", permit.token());
+        }
+        permit.release().unwrap();
+    }
+}
+
+/// Several clients hammer a 2-permit semaphore: never more than 2 holders,
+/// never 2 on one slot, and each slot's tokens increase in grant order.
+#[test]
+fn exclusion_and_slot_tokens_under_contention() {
+    let cluster = RedisServers::start(3);
+    let in_use = AtomicUsize::new(0);
+    let on_slot = [AtomicUsize::new(0), AtomicUsize::new(0)];
+    let grants: Mutex<HashMap<u32, Vec<redfence::FencingToken>>> = Mutex::new(HashMap::new());
+    let clients: Vec<_> = (0..3).map(|_| client(&cluster)).collect();
+    thread::scope(|s| {
+        for locks in &clients {
+            for _ in 0..2 {
+                let (in_use, on_slot, grants) = (&in_use, &on_slot, &grants);
+                s.spawn(move || {
+                    let sem = locks.semaphore("pool", 2);
+                    for _ in 0..15 {
+                        let permit = sem.try_acquire_for(Duration::from_secs(20)).unwrap();
+                        let slot = permit.slot() as usize;
+                        grants.lock().unwrap().entry(permit.slot()).or_default().push(permit.token());
+                        assert!(in_use.fetch_add(1, Ordering::SeqCst) < 2, "a third holder");
+                        assert_eq!(on_slot[slot].fetch_add(1, Ordering::SeqCst), 0, "two on slot {slot}");
+                        thread::sleep(Duration::from_millis(2));
+                        on_slot[slot].fetch_sub(1, Ordering::SeqCst);
+                        in_use.fetch_sub(1, Ordering::SeqCst);
+                        permit.ensure_held().unwrap();
+                        permit.release().unwrap();
+                    }
+                });
+            }
+        }
+    });
+    let grants = grants.into_inner().unwrap();
+    assert_eq!(grants.values().map(Vec::len).sum::<usize>(), 3 * 2 * 15);
+    for (slot, tokens) in grants {
+        assert!(tokens.windows(2).all(|w| w[0] < w[1]), "slot {slot}: {tokens:?}");
+    }
+}
+
+#[test]
+fn a_waiter_gets_the_permit_a_holder_releases() {
+    let cluster = RedisServers::start(3);
+    let (a, b) = (client(&cluster), client(&cluster));
+    let held = a.semaphore("one", 1).acquire().unwrap();
+    let waiter = {
+        let sem = b.semaphore("one", 1);
+        thread::spawn(move || sem.try_acquire_for(Duration::from_secs(20)).map(|p| p.token()))
+    };
+    // The waiter is parked on the release channel before the release.
+    assert!(common::eventually(Duration::from_secs(5), || {
+        common::subscribers_on(&cluster, "redfence:released:{one}:permits") > 0
+    }));
+    let token = held.token();
+    held.release().unwrap();
+    let next = waiter.join().unwrap().unwrap();
+    assert!(next > token);
+}
+
+#[test]
+fn a_caller_with_another_count_is_refused_and_changes_nothing() {
+    let cluster = RedisServers::start(3);
+    let locks = client(&cluster);
+    let permit = locks.semaphore("counted", 2).acquire().unwrap();
+    match locks.semaphore("counted", 3).try_acquire() {
+        Err(Error::InvalidOptions { reason }) => {
+            assert!(reason.contains("has 2 permits"), "{reason}");
+            assert!(reason.contains("asked for 3"), "{reason}");
+        }
+        other => panic!("another count: {other:?}"),
+    }
+    for server in cluster.iter() {
+        let record = server.cmd(&["GET", "redfence:permits:{counted}"]).unwrap();
+        assert_eq!(record, redis::Value::BulkString(b"2".to_vec()));
+    }
+    permit.release().unwrap();
+}
+
+#[test]
+fn bad_counts_and_names_are_clear_errors() {
+    let cluster = RedisServers::start(1);
+    let locks = client(&cluster);
+    for permits in [0, MAX_PERMITS + 1] {
+        assert!(matches!(
+            locks.semaphore("x", permits).try_acquire(),
+            Err(Error::InvalidOptions { .. })
+        ));
+    }
+    assert!(matches!(
+        locks.semaphore("", 2).try_acquire(),
+        Err(Error::InvalidResource { .. })
+    ));
+    assert!(cluster.server(0).keys("*").is_empty(), "nothing written");
+}
+
+#[test]
+fn permits_are_taken_with_one_instance_stopped() {
+    let cluster = RedisServers::start(3);
+    let locks = client(&cluster);
+    common::warm(&locks);
+    cluster.server(2).stop();
+    let sem = locks.semaphore("degraded", 2);
+    let opts = LockOptions::new().wait(Duration::from_secs(10));
+    let a = sem.acquire_with(opts).unwrap();
+    let b = sem.acquire_with(opts).unwrap();
+    assert_ne!(a.slot(), b.slot());
+    assert!(matches!(sem.try_acquire(), Err(Error::Contended { .. })));
+    drop(a);
+    let start = Instant::now();
+    let c = sem.acquire_with(opts).unwrap();
+    assert!(start.elapsed() < Duration::from_secs(10));
+    cluster.server(2).cont();
+    drop((b, c));
+}
+
+#[test]
+fn a_lost_permit_frees_its_slot_for_the_next_caller() {
+    let cluster = RedisServers::start(3);
+    let (a, b) = (client(&cluster), client(&cluster));
+    let short = LockOptions::new()
+        .ttl(Duration::from_millis(300))
+        .auto_extend(false);
+    let held = a.semaphore("leased", 1).acquire_with(short).unwrap();
+    let lost = held.wait_lost(Duration::from_secs(5));
+    assert!(lost.is_some(), "the lease runs out");
+    let next = b
+        .semaphore("leased", 1)
+        .try_acquire_for(Duration::from_secs(5))
+        .unwrap();
+    assert!(next.token() > held.token());
+    assert!(matches!(held.release(), Err(Error::Lost { .. })));
+    next.release().unwrap();
+}
