@@ -1,0 +1,2 @@
+-- An empty script: EVALSHA's fixed cost.
+return 1
