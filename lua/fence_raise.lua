@@ -1,7 +1,9 @@
 -- Raise a fencing counter to at least a token, and report whether the lock
 -- still holds our value. Counters only ever go up.
 -- Packed by `scripts::raise` (src/protocol/scripts.rs).
--- KEYS[1] lock key, KEYS[2] fence counter key
+-- KEYS[1] lock key, KEYS[2] fence counter key, and for a reader-writer
+-- lock KEYS[3] its readers (lua/rw_acquire.lua): a reader holds while its
+-- entry there lives
 -- ARGV[1] lock value, ARGV[2] token, ARGV[3] counter idle expiry in ms
 -- Returns 1 when the counter is >= token and the lock is ours, 0 otherwise:
 -- the lock is not ours, or the token lies more than MAX_AHEAD ahead of this
@@ -41,7 +43,17 @@ if not held then
   end
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
-if held and redis.call('GET', KEYS[1]) == ARGV[1] then
+if not held then
+  return 0
+end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
   return 1
+end
+if KEYS[3] then
+  local expiry = redis.call('ZSCORE', KEYS[3], ARGV[1])
+  local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  if expiry and tonumber(expiry) > ms then
+    return 1
+  end
 end
 return 0

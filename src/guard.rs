@@ -315,3 +315,52 @@ impl std::fmt::Debug for Permit {
             .finish_non_exhaustive()
     }
 }
+
+/// A read of an [`RwLock`](crate::RwLock): shared with other readers,
+/// exclusive of writers. Held, kept alive and released like a
+/// [`LockGuard`].
+#[must_use = "if unused the read is released immediately"]
+#[clippy::has_significant_drop]
+pub struct ReadGuard {
+    held: Held,
+}
+
+/// A write of an [`RwLock`](crate::RwLock): exclusive of every reader
+/// and writer. Held, kept alive and released like a [`LockGuard`].
+#[must_use = "if unused the write is released immediately"]
+#[clippy::has_significant_drop]
+pub struct WriteGuard {
+    held: Held,
+}
+
+macro_rules! rw_guard {
+    ($guard:ident, $what:literal) => {
+        impl $guard {
+            pub(crate) fn new(shared: Arc<Shared>, lease: Arc<Lease>, client: KeepAlive) -> Self {
+                $guard {
+                    held: Held::new(shared, lease, client),
+                }
+            }
+
+            #[doc = concat!("The fencing token of this ", $what, ": from the lock's one counter, ")]
+            /// bumped by every read and write, so a write's token is greater than
+            /// every token granted on the lock before it.
+            pub fn token(&self) -> FencingToken {
+                self.held.lease.tokens[0]
+            }
+
+            lease_methods!();
+        }
+
+        impl std::fmt::Debug for $guard {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($guard))
+                    .field("token", &self.token())
+                    .finish_non_exhaustive()
+            }
+        }
+    };
+}
+
+rw_guard!(ReadGuard, "read");
+rw_guard!(WriteGuard, "write");

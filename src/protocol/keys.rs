@@ -19,6 +19,12 @@
 //! its number, so they never collide; `{S}` keeps one semaphore on one
 //! cluster slot.
 //!
+//! A reader-writer lock `W` (`Redlock::rw_lock`) has a writer key
+//! `P rw:{W}:writer` (where a lock's key would be), its readers
+//! `P rw:{W}:readers` (a sorted set), a waiting writer's `P rw:{W}:intent`,
+//! one counter `P fence:{W}:rw`, void keys `P void:{W}:rw:V`, and the
+//! channel `P released:{W}:rw`.
+//!
 //! The two prefixes differ, so no resource name can collide with another's
 //! counter, and `{R}` is a hash tag that keeps both keys on the same slot if
 //! an instance is a cluster node.
@@ -41,6 +47,8 @@ pub(crate) struct Keys {
     pub term: String,
     /// The void keys of this resource, without the attempt's value.
     void: String,
+    /// A reader-writer lock's own keys; `None` for a lock or a permit.
+    pub rw: Option<Box<RwKeys>>,
     /// The cluster slot of every key above (they share the hash tag
     /// `{R}`); none for a name that starts with `}`, whose tag is empty, so
     /// that its keys would land on different slots.
@@ -58,6 +66,7 @@ impl Keys {
             channel: format!("{prefix}released:{{{resource}}}"),
             term: format!("{prefix}term:{{{resource}}}"),
             void: format!("{prefix}void:{{{resource}}}:"),
+            rw: None,
         }
     }
 }
@@ -74,8 +83,47 @@ impl Keys {
             channel: semaphore_channel(prefix, name),
             term: format!("{prefix}term:{{{name}}}:permit:{slot}"),
             void: format!("{prefix}void:{{{name}}}:permit:{slot}:"),
+            rw: None,
         }
     }
+
+    /// The keys of reader-writer lock `name`, for a read or a write: the
+    /// writer key stands where a lock's key does (`lua/rw_acquire.lua`).
+    pub fn rw(prefix: &str, name: &str, write: bool, wait_until: Option<std::time::Instant>) -> Self {
+        let lock = format!("{prefix}rw:{{{name}}}:writer");
+        Keys {
+            slot: (!name.starts_with('}'))
+                .then(|| crate::protocol::slot::key_slot(lock.as_bytes())),
+            lock,
+            fence: format!("{prefix}fence:{{{name}}}:rw"),
+            channel: format!("{prefix}released:{{{name}}}:rw"),
+            term: format!("{prefix}term:{{{name}}}:rw"),
+            void: format!("{prefix}void:{{{name}}}:rw:"),
+            rw: Some(Box::new(RwKeys {
+                readers: format!("{prefix}rw:{{{name}}}:readers"),
+                intent: format!("{prefix}rw:{{{name}}}:intent"),
+                write,
+                call: uuid::Uuid::new_v4().simple().to_string(),
+                wait_until,
+            })),
+        }
+    }
+}
+
+/// What a reader-writer lock keeps beside its writer key.
+#[derive(Debug, Clone)]
+pub(crate) struct RwKeys {
+    /// The readers: a sorted set of values scored by expiry.
+    pub readers: String,
+    /// A waiting writer's value, which new readers wait behind.
+    pub intent: String,
+    /// This call writes (else it reads).
+    pub write: bool,
+    /// The call's id, one for all its attempts: a waiting writer's mark.
+    pub call: String,
+    /// When the call stops waiting: a refused writer's mark lasts until
+    /// then (`None`: no mark).
+    pub wait_until: Option<std::time::Instant>,
 }
 
 /// Where semaphore `name` records its permit count.
@@ -126,6 +174,31 @@ impl Target {
                 resource,
                 keys: Keys::permit(prefix, name, slot),
             }],
+        }
+    }
+
+    /// Reader-writer lock `name`, for reading or writing.
+    pub fn rw(
+        prefix: &str,
+        name: &str,
+        write: bool,
+        wait_until: Option<std::time::Instant>,
+    ) -> Result<Self, Error> {
+        validate_resource(name)?;
+        Ok(Target {
+            name: name.to_string(),
+            members: vec![Member {
+                resource: name.to_string(),
+                keys: Keys::rw(prefix, name, write, wait_until),
+            }],
+        })
+    }
+
+    /// The reader-writer keys of a one-member rw target.
+    pub fn rw_keys(&self) -> Option<&RwKeys> {
+        match self.members.as_slice() {
+            [member] => member.keys.rw.as_deref(),
+            _ => None,
         }
     }
 

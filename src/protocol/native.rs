@@ -177,6 +177,10 @@ pub(crate) fn release(target: &Target, value: &str, ttl: Duration) -> Option<Arc
     let [member] = target.members.as_slice() else {
         return None;
     };
+    // A reader-writer lock has more than one key to clear: its script.
+    if member.keys.rw.is_some() {
+        return None;
+    }
     let keys = &member.keys;
     let with_publish = |cmd: redis::Cmd| -> Arc<[u8]> {
         let mut bytes = cmd.get_packed_command();
@@ -211,6 +215,9 @@ pub(crate) fn extend(target: &Target, value: &str, ttl: Duration) -> Option<Arc<
     let [member] = target.members.as_slice() else {
         return None;
     };
+    if member.keys.rw.is_some() {
+        return None;
+    }
     let packed = redis::cmd("SET")
         .arg(&member.keys.lock)
         .arg(value)

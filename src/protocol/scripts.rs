@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use redis::Script;
 
-use crate::protocol::keys::{Keys, Target};
+use crate::protocol::keys::{Keys, RwKeys, Target};
 
 const ACQUIRE_SOURCE: &str = include_str!("../../lua/acquire.lua");
 const RELEASE_SOURCE: &str = include_str!("../../lua/release.lua");
@@ -20,6 +20,9 @@ const HOLDER_SOURCE: &str = include_str!("../../lua/holder.lua");
 const RELEASE_HOLD_SOURCE: &str = include_str!("../../lua/release_hold.lua");
 const TERM_SOURCE: &str = include_str!("../../lua/term.lua");
 const SEMAPHORE_SLOTS_SOURCE: &str = include_str!("../../lua/semaphore_slots.lua");
+const RW_ACQUIRE_SOURCE: &str = include_str!("../../lua/rw_acquire.lua");
+const RW_RELEASE_SOURCE: &str = include_str!("../../lua/rw_release.lua");
+const RW_EXTEND_SOURCE: &str = include_str!("../../lua/rw_extend.lua");
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
@@ -30,9 +33,12 @@ static TERM: LazyLock<Script> = LazyLock::new(|| Script::new(TERM_SOURCE));
 static RELEASE_HOLD: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_HOLD_SOURCE));
 static SEMAPHORE_SLOTS: LazyLock<Script> =
     LazyLock::new(|| Script::new(SEMAPHORE_SLOTS_SOURCE));
+static RW_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_ACQUIRE_SOURCE));
+static RW_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_RELEASE_SOURCE));
+static RW_EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(RW_EXTEND_SOURCE));
 
 /// Sources of every script a worker connection preloads.
-pub(crate) const ALL_SOURCES: [&str; 8] = [
+pub(crate) const ALL_SOURCES: [&str; 11] = [
     TERM_SOURCE,
     ACQUIRE_SOURCE,
     RELEASE_SOURCE,
@@ -41,6 +47,9 @@ pub(crate) const ALL_SOURCES: [&str; 8] = [
     HOLDER_SOURCE,
     RELEASE_HOLD_SOURCE,
     SEMAPHORE_SLOTS_SOURCE,
+    RW_ACQUIRE_SOURCE,
+    RW_RELEASE_SOURCE,
+    RW_EXTEND_SOURCE,
 ];
 
 /// How far ahead of an instance's clock the acquire script accepts the
@@ -109,6 +118,9 @@ pub(crate) fn acquire(
     idle: Duration,
     proposal: u64,
 ) -> Arc<[u8]> {
+    if let Some(rw) = target.rw_keys() {
+        return rw_acquire(target, rw, value, ttl, idle, proposal);
+    }
     let void = target.void_key(value);
     let keys: Vec<&str> = target
         .members
@@ -133,18 +145,63 @@ pub(crate) fn acquire(
     )
 }
 
+/// `lua/rw_acquire.lua`: a read or a write of a reader-writer lock.
+fn rw_acquire(
+    target: &Target,
+    rw: &RwKeys,
+    value: &str,
+    ttl: Duration,
+    idle: Duration,
+    proposal: u64,
+) -> Arc<[u8]> {
+    let keys = &target.members[0].keys;
+    let void = target.void_key(value);
+    let (ttl_ms, idle_ms, proposal) = (
+        ttl.as_millis().to_string(),
+        idle.as_millis().to_string(),
+        proposal.to_string(),
+    );
+    let mode: &[u8] = if rw.write { b"w" } else { b"r" };
+    // A refused writer marks its wait for the rest of it, at most a TTL.
+    let mark = rw.wait_until.map_or(Duration::ZERO, |until| {
+        until.saturating_duration_since(std::time::Instant::now()).min(ttl)
+    });
+    let mark_ms = mark.as_millis().to_string();
+    packed(
+        &RW_ACQUIRE,
+        &[&keys.lock, &rw.readers, &rw.intent, &keys.fence, &void],
+        &[
+            value.as_bytes(),
+            ttl_ms.as_bytes(),
+            idle_ms.as_bytes(),
+            proposal.as_bytes(),
+            mode,
+            rw.call.as_bytes(),
+            mark_ms.as_bytes(),
+        ],
+    )
+}
+
 /// Compare-and-delete of a lease's lock keys, leaving the void key where a
 /// key was not ours (the acquire may still land there), or everywhere with
 /// `void_always`. `ttl` is the lease's TTL: how long the void key stays.
 fn release_cmd(target: &Target, value: &str, ttl: Duration, void_always: bool) -> redis::Cmd {
     let void = target.void_key(value);
+    let ttl_ms = ttl.as_millis().max(1).to_string();
+    let always: &[u8] = if void_always { b"1" } else { b"0" };
+    if let Some(rw) = target.rw_keys() {
+        let writer = &target.members[0].keys.lock;
+        return eval(
+            &RW_RELEASE,
+            &[writer, &rw.readers, &rw.intent, &void],
+            &[value.as_bytes(), ttl_ms.as_bytes(), always, rw.call.as_bytes()],
+        );
+    }
     let keys: Vec<&str> = target
         .lock_keys()
         .into_iter()
         .chain([void.as_str()])
         .collect();
-    let ttl_ms = ttl.as_millis().max(1).to_string();
-    let always: &[u8] = if void_always { b"1" } else { b"0" };
     eval(
         &RELEASE,
         &keys,
@@ -212,6 +269,14 @@ pub(crate) fn release_and_announce(
 /// `ttl` from now, never earlier, where it still holds `value`.
 pub(crate) fn extend(target: &Target, value: &str, ttl: Duration) -> Arc<[u8]> {
     let ttl_ms = ttl.as_millis().to_string();
+    if let Some(rw) = target.rw_keys() {
+        let writer = &target.members[0].keys.lock;
+        return packed(
+            &RW_EXTEND,
+            &[writer, &rw.readers],
+            &[value.as_bytes(), ttl_ms.as_bytes()],
+        );
+    }
     packed(
         &EXTEND,
         &target.lock_keys(),
@@ -227,9 +292,13 @@ pub(crate) fn raise(lagging: &[(&Keys, u64)], value: &str, idle: Duration) -> Ar
     let mut bytes = Vec::new();
     for (keys, token) in lagging {
         let token = token.to_string();
+        // A reader of an rw lock holds through its entry in the readers.
+        let readers = keys.rw.as_ref().map(|rw| rw.readers.as_str());
+        let mut keys = vec![keys.lock.as_str(), keys.fence.as_str()];
+        keys.extend(readers);
         bytes.extend_from_slice(&packed(
             &FENCE_RAISE,
-            &[&keys.lock, &keys.fence],
+            &keys,
             &[value.as_bytes(), token.as_bytes(), idle_ms.as_bytes()],
         ));
     }

@@ -1,0 +1,145 @@
+//! Reader-writer locks over the instances: many readers at once, or one
+//! writer, with fencing tokens from one counter per lock.
+//!
+//! A read or a write is taken like a lock, by `lua/rw_acquire.lua` on a
+//! quorum, and kept, extended and released by the same lease machinery as
+//! a lock (`lua/rw_extend.lua`, `lua/rw_release.lua`). The rules of the
+//! scripts are checked by `tests/model_rwlock.rs`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::client::Redlock;
+use crate::guard::{ReadGuard, WriteGuard};
+use crate::lock::lease::Lease;
+use crate::protocol::keys::Target;
+use crate::{Error, LockOptions};
+
+impl Redlock {
+    /// A handle on the reader-writer lock `name`: any number of readers at
+    /// once, or one writer. Cheap; it checks nothing until used.
+    ///
+    /// A writer waits for the readers to finish, and readers that come
+    /// while a writer waits queue behind it, so writers are not starved.
+    /// Every grant, read or write, takes a fencing token from one counter:
+    /// a writer's token is greater than the token of every guard granted
+    /// on the lock before it.
+    ///
+    /// The names of reader-writer locks, locks and semaphores are separate:
+    /// `rw_lock("x")` and `lock("x")` are different locks.
+    ///
+    /// ```no_run
+    /// # let locks = redfence::Redlock::new(["redis://127.0.0.1:7001"])?;
+    /// let config = locks.rw_lock("pricing-config");
+    /// {
+    ///     let reading = config.read()?;       // shared with other readers
+    ///     println!("read under token {}", reading.token());
+    /// }
+    /// let writing = config.write()?;          // alone
+    /// // store.reload(writing.token(), ...)?;
+    /// writing.release()?;
+    /// # Ok::<(), redfence::Error>(())
+    /// ```
+    pub fn rw_lock(&self, name: &str) -> RwLock {
+        RwLock {
+            client: self.clone(),
+            name: name.to_string(),
+        }
+    }
+}
+
+/// A reader-writer lock over the instances (see [`Redlock::rw_lock`]).
+/// Clones share the client.
+#[derive(Clone)]
+pub struct RwLock {
+    client: Redlock,
+    name: String,
+}
+
+impl std::fmt::Debug for RwLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RwLock").field("name", &self.name).finish()
+    }
+}
+
+impl RwLock {
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Reads, waiting (up to the client's default wait) while a writer
+    /// holds the lock or waits for it.
+    pub fn read(&self) -> Result<ReadGuard, Error> {
+        self.read_with(self.defaults())
+    }
+
+    /// Reads if no writer holds the lock or waits; [`Error::Contended`]
+    /// otherwise.
+    pub fn try_read(&self) -> Result<ReadGuard, Error> {
+        self.read_with(self.defaults().wait(Duration::ZERO))
+    }
+
+    /// Reads, waiting at most `wait`.
+    pub fn try_read_for(&self, wait: Duration) -> Result<ReadGuard, Error> {
+        self.read_with(self.defaults().wait(wait))
+    }
+
+    /// Reads, waiting at most until `deadline`.
+    pub fn try_read_until(&self, deadline: Instant) -> Result<ReadGuard, Error> {
+        self.try_read_for(deadline.saturating_duration_since(Instant::now()))
+    }
+
+    /// Reads with these options (TTL, wait, watchdog, cancellation).
+    /// `hold_at_least` is refused: it is for locks.
+    pub fn read_with(&self, options: LockOptions) -> Result<ReadGuard, Error> {
+        let lease = self.acquire(false, options)?;
+        let (shared, keep) = (Arc::clone(self.client.shared_arc()), self.client.keep_alive());
+        Ok(ReadGuard::new(shared, lease, keep))
+    }
+
+    /// Writes, waiting (up to the client's default wait) while a writer
+    /// or any reader holds the lock.
+    pub fn write(&self) -> Result<WriteGuard, Error> {
+        self.write_with(self.defaults())
+    }
+
+    /// Writes if nobody holds the lock; [`Error::Contended`] otherwise.
+    pub fn try_write(&self) -> Result<WriteGuard, Error> {
+        self.write_with(self.defaults().wait(Duration::ZERO))
+    }
+
+    /// Writes, waiting at most `wait`.
+    pub fn try_write_for(&self, wait: Duration) -> Result<WriteGuard, Error> {
+        self.write_with(self.defaults().wait(wait))
+    }
+
+    /// Writes, waiting at most until `deadline`.
+    pub fn try_write_until(&self, deadline: Instant) -> Result<WriteGuard, Error> {
+        self.try_write_for(deadline.saturating_duration_since(Instant::now()))
+    }
+
+    /// Writes with these options (TTL, wait, watchdog, cancellation).
+    /// `hold_at_least` is refused: it is for locks.
+    pub fn write_with(&self, options: LockOptions) -> Result<WriteGuard, Error> {
+        let lease = self.acquire(true, options)?;
+        let (shared, keep) = (Arc::clone(self.client.shared_arc()), self.client.keep_alive());
+        Ok(WriteGuard::new(shared, lease, keep))
+    }
+
+    fn defaults(&self) -> LockOptions {
+        self.client.shared().cfg.defaults
+    }
+
+    fn acquire(&self, write: bool, options: LockOptions) -> Result<Arc<Lease>, Error> {
+        let target = if options.get_hold_at_least() > Duration::ZERO {
+            Err(Error::InvalidOptions {
+                reason: "hold_at_least applies to locks, not to reader-writer locks".to_string(),
+            })
+        } else {
+            let wait_until = write.then(|| Instant::now() + options.get_wait());
+            Target::rw(&self.client.shared().cfg.prefix, &self.name, write, wait_until)
+        };
+        self.client.acquire_by(&self.name, target, options)
+    }
+}
