@@ -15,7 +15,10 @@
 ///   (acquisition), `get`, `pexpire`, `time` (raise round and extension),
 ///   `get`, `del`, `set` (release), `get`, `pexpire`, `set` (a release
 ///   within [`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least)),
-///   `get`, `pttl`, `get` ([`Redlock::holder`](crate::Redlock::holder)).
+///   `get`, `pttl`, `get` ([`Redlock::holder`](crate::Redlock::holder));
+///   `get`, `set`, `exists` (a semaphore's count and free slots); `zadd`,
+///   `zrem`, `zscore`, `zrange`, `zremrangebyscore`, `pttl`, `pexpire` (a
+///   reader-writer lock's readers).
 ///
 /// redis-rs also sends `CLIENT SETINFO` when it connects and ignores the
 /// answer, so it need not be allowed.
@@ -38,6 +41,12 @@ pub const ACL_COMMANDS: &[&str] = &[
     "type",
     // Redlock::holder and elections: the lock's remaining time.
     "pttl",
+    // Reader-writer locks: the readers, a sorted set.
+    "zadd",
+    "zrem",
+    "zscore",
+    "zrange",
+    "zremrangebyscore",
 ];
 
 /// The commands a Redis Cluster position needs on top of

@@ -277,6 +277,7 @@ impl std::fmt::Debug for MultiGuard {
 pub struct Permit {
     held: Held,
     slot: u32,
+    semaphore: String,
 }
 
 impl Permit {
@@ -284,12 +285,20 @@ impl Permit {
         shared: Arc<Shared>,
         lease: Arc<Lease>,
         client: KeepAlive,
+        semaphore: &str,
         slot: u32,
     ) -> Self {
+        telemetry::permit_created(semaphore);
         Permit {
             held: Held::new(shared, lease, client),
             slot,
+            semaphore: semaphore.to_string(),
         }
+    }
+
+    /// The semaphore's name.
+    pub fn semaphore(&self) -> &str {
+        &self.semaphore
     }
 
     /// Which of the semaphore's slots this permit holds, from 0 to
@@ -307,9 +316,16 @@ impl Permit {
     lease_methods!();
 }
 
+impl Drop for Permit {
+    fn drop(&mut self) {
+        telemetry::permit_dropped(&self.semaphore);
+    }
+}
+
 impl std::fmt::Debug for Permit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Permit")
+            .field("semaphore", &self.semaphore)
             .field("slot", &self.slot)
             .field("token", &self.token())
             .finish_non_exhaustive()

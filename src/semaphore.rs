@@ -123,6 +123,7 @@ impl Semaphore {
             Arc::clone(self.client.shared_arc()),
             lease,
             self.client.keep_alive(),
+            &self.name,
             slot,
         ))
     }

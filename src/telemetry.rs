@@ -32,6 +32,7 @@ mod names {
     pub const FENCE_RAISE_TOTAL: &str = "redfence_fence_raise_total";
     pub const INSTANCE_ERRORS_TOTAL: &str = "redfence_instance_errors_total";
     pub const HELD_LOCKS: &str = "redfence_held_locks";
+    pub const HELD_PERMITS: &str = "redfence_held_permits";
     pub const OWED_RELEASES: &str = "redfence_owed_releases";
     pub const OWED_RELEASES_DROPPED_TOTAL: &str = "redfence_owed_releases_dropped_total";
     pub const LEADER: &str = "redfence_leader";
@@ -114,6 +115,11 @@ pub fn describe_metrics() {
         HELD_LOCKS,
         Unit::Count,
         "Lock guards alive in this process."
+    );
+    describe_gauge!(
+        HELD_PERMITS,
+        Unit::Count,
+        "Semaphore permits held in this process, by semaphore (also counted in redfence_held_locks)."
     );
     describe_gauge!(
         OWED_RELEASES,
@@ -446,6 +452,25 @@ pub(crate) fn guard_created() {
 pub(crate) fn guard_dropped() {
     #[cfg(feature = "metrics")]
     metrics::gauge!(HELD_LOCKS).decrement(1.0);
+}
+
+/// A permit of `semaphore` was handed out (its guard counts in
+/// [`guard_created`] too). Labelled by semaphore: a program uses a few.
+#[inline]
+pub(crate) fn permit_created(semaphore: &str) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!(HELD_PERMITS, "semaphore" => semaphore.to_string()).increment(1.0);
+    #[cfg(not(feature = "metrics"))]
+    let _ = semaphore;
+}
+
+/// A permit of `semaphore` was dropped, released or not.
+#[inline]
+pub(crate) fn permit_dropped(semaphore: &str) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!(HELD_PERMITS, "semaphore" => semaphore.to_string()).decrement(1.0);
+    #[cfg(not(feature = "metrics"))]
+    let _ = semaphore;
 }
 
 /// A held lease was lost. Called once per lease, when it is marked lost.

@@ -108,6 +108,29 @@ fn least_privilege_user_locks_extends_waits_and_releases() {
     assert_eq!(acl_refusals(&cluster), Vec::<String>::new());
 }
 
+#[test]
+fn least_privilege_user_takes_permits_and_reads_and_writes() {
+    let cluster = cluster_with_rules(3, |rules| rules);
+    let locks = client(&cluster);
+    let permit = locks.semaphore("pool", 2).try_acquire().expect("a permit");
+    permit.extend(Duration::from_secs(20)).unwrap();
+    permit.release().unwrap();
+    let lock = locks.rw_lock("config");
+    let reading = lock.try_read().expect("a read");
+    reading.extend(Duration::from_secs(20)).unwrap();
+    // A writer refused by the reader marks its wait.
+    assert!(matches!(
+        lock.try_write_for(Duration::from_millis(50)),
+        Err(Error::Contended { .. })
+    ));
+    reading.release().unwrap();
+    lock.try_write_for(Duration::from_secs(5))
+        .expect("a write")
+        .release()
+        .unwrap();
+    assert_eq!(acl_refusals(&cluster), Vec::<String>::new());
+}
+
 /// A command the scripts call is refused inside the script, where Redis
 /// does not name it: the error says so and points to the rules.
 #[test]

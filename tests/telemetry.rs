@@ -1305,3 +1305,34 @@ fn a_cluster_position_has_one_name_per_shard() {
         .collect();
     assert_eq!(names, expected);
 }
+
+/// Permits held, by semaphore: up at each grant, down at each release or
+/// drop; each permit also counts as a held guard.
+#[test]
+fn permits_held_are_counted_by_semaphore() {
+    let _turn = turn();
+    let cluster = RedisServers::start(3);
+    let locks = patient(&cluster);
+    let pool = locks.semaphore("t-pool", 3);
+    let first = pool.acquire().expect("a permit");
+    let second = pool.acquire().expect("a second permit");
+
+    #[cfg(feature = "metrics")]
+    {
+        let m = recorded::take();
+        let held = recorded::sum(&m, "redfence_held_permits", &[("semaphore", "t-pool")]);
+        assert_eq!(held, 2.0, "{m:?}");
+        assert_eq!(recorded::sum(&m, "redfence_held_locks", &[]), 2.0);
+    }
+
+    first.release().expect("released");
+    drop(second);
+
+    #[cfg(feature = "metrics")]
+    {
+        let m = recorded::take();
+        let held = recorded::sum(&m, "redfence_held_permits", &[("semaphore", "t-pool")]);
+        assert_eq!(held, -2.0, "{m:?}");
+        assert_eq!(recorded::sum(&m, "redfence_held_locks", &[]), -2.0);
+    }
+}
