@@ -894,3 +894,53 @@ fn tls_cluster_positions_lock_wait_and_lock_all() {
     assert_eq!(report.len(), 6, "{report:?}");
     assert!(report.iter().all(|(_, r)| r.is_ok()), "{report:?}");
 }
+
+/// A semaphore and a reader-writer lock on cluster positions: each keeps
+/// all its keys on one shard (its name is their hash tag), the count and
+/// the exclusion hold, and waiters are woken through sharded pub/sub.
+#[test]
+fn semaphores_and_rw_locks_on_cluster_positions() {
+    let positions = clusters(3, 2);
+    let (a, b) = (positions_client(&positions), positions_client(&positions));
+    let pool = a.semaphore("pool", 2);
+    let first = pool.acquire().unwrap();
+    let second = b.semaphore("pool", 2).acquire().unwrap();
+    assert_ne!(first.slot(), second.slot());
+    assert!(matches!(pool.try_acquire(), Err(Error::Contended { .. })));
+    for cluster in &positions {
+        let tagged: Vec<usize> = (0..cluster.masters().len())
+            .filter(|i| !cluster.master(*i).keys("redfence:*{pool}*").is_empty())
+            .collect();
+        assert_eq!(tagged.len(), 1, "one shard holds the semaphore: {tagged:?}");
+    }
+    let waiting = std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            b.semaphore("pool", 2)
+                .try_acquire_for(Duration::from_secs(20))
+                .map(|p| p.slot())
+        });
+        let channel = "redfence:released:{pool}:permits";
+        assert!(eventually(Duration::from_secs(5), || positions
+            .iter()
+            .all(|c| listening(c, channel))));
+        let freed = first.slot();
+        drop(first);
+        (waiter.join().unwrap().unwrap(), freed)
+    });
+    assert_eq!(waiting.0, waiting.1, "the waiter takes the freed slot");
+    drop(second);
+
+    let config = a.rw_lock("config");
+    let reading = config.read().unwrap();
+    let also = b.rw_lock("config").try_read().unwrap();
+    assert!(matches!(b.rw_lock("config").try_write(), Err(Error::Contended { .. })));
+    let highest = reading.token().max(also.token());
+    drop((reading, also));
+    let writing = b
+        .rw_lock("config")
+        .try_write_for(Duration::from_secs(5))
+        .unwrap();
+    assert!(writing.token() > highest);
+    assert!(matches!(a.rw_lock("config").try_read(), Err(Error::Contended { .. })));
+    writing.release().unwrap();
+}
