@@ -454,3 +454,36 @@ fn a_set_with_only_some_members_ours_is_refused() {
     assert_eq!(reply, [0], "a set granted with a member it did not take");
     assert!(!server.exists(&lock_key("m2")));
 }
+
+/// The same for a semaphore's slot and for a read and a write of an rw
+/// lock: a failed attempt whose clean-up overtakes its held acquire leaves
+/// no permit, reader or writer that nobody owns, and nothing blocks the
+/// next caller.
+#[test]
+fn late_acquires_of_permits_reads_and_writes_leave_no_orphan() {
+    let net = Proxied::start(3);
+    let once = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .wait(Duration::ZERO);
+    // Only connections open when the fault is set hold their traffic: a
+    // client per call, connected before.
+    let failing: Vec<Redlock> = (0..3)
+        .map(|_| build(net.builder().instance_timeout(Duration::from_millis(100))))
+        .collect();
+    net.set(&[0, 1, 2], Fault::DelayOpen(Duration::from_secs(1)));
+    assert!(failing[0].semaphore("late-pool", 1).acquire_with(once).is_err());
+    assert!(failing[1].rw_lock("late-rw").read_with(once).is_err());
+    assert!(failing[2].rw_lock("late-rw").write_with(once).is_err());
+    let next = build(net.builder());
+    wait_landed(&net);
+    for server in net.cluster.iter() {
+        assert!(server.keys("redfence:permit:{late-pool}:*").is_empty());
+        assert!(!server.exists("redfence:rw:{late-rw}:writer"));
+        let readers = server
+            .cmd(&["ZCARD", "redfence:rw:{late-rw}:readers"])
+            .unwrap();
+        assert_eq!(readers, redis::Value::Int(0), "{}", server.addr());
+    }
+    next.semaphore("late-pool", 1).try_acquire().expect("free").release().unwrap();
+    next.rw_lock("late-rw").try_write().expect("free").release().unwrap();
+}
