@@ -16,7 +16,7 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct CancelId(u64);
 
-/// A cancel handle: give a clone to [`LockOptions::cancel`] (or
+/// A cancel handle: give a clone to [`LockOptions::cancel`](crate::LockOptions::cancel) (or
 /// [`Election::cancel`](crate::Election::cancel)), and call
 /// [`cancel`](Self::cancel) from any thread, say when a service shuts down.
 /// A lock call or campaign waiting with it then returns
