@@ -205,6 +205,34 @@ m fenced-read-accepts-stale lua/fenced_read.lua "fencing" \
   "if highest and tonumber(highest) > tonumber(ARGV[1]) then" \
   "if highest and tonumber(highest) > tonumber(ARGV[1]) + 1000000 then"
 
+# --- lua/semaphore_slots.lua -------------------------------------------------
+
+m semaphore-count-unchecked lua/semaphore_slots.lua "semaphore" \
+  "if recorded and recorded ~= ARGV[1] then" \
+  "if false then"
+
+# --- lua/rw_acquire.lua, rw_release.lua --------------------------------------
+
+m rw-read-ignores-writer lua/rw_acquire.lua "rwlock" \
+  "if writer and writer ~= value then" \
+  "if ARGV[5] == 'w' and writer and writer ~= value then"
+
+m rw-write-ignores-readers lua/rw_acquire.lua "rwlock" \
+  "    if reader then" \
+  "    if false then"
+
+m rw-read-ignores-waiting-writer lua/rw_acquire.lua "rwlock" \
+  "    if redis.call('EXISTS', KEYS[3]) == 1 then" \
+  "    if false then"
+
+m rw-acquire-ignores-void lua/rw_acquire.lua "late_requests" \
+  "if redis.call('EXISTS', KEYS[5]) == 1 then" \
+  "if false then"
+
+m rw-release-keeps-reader lua/rw_release.lua "rwlock" \
+  "if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then" \
+  "if false then"
+
 # --- The SQL recipe (src/sql.rs) ---------------------------------------------
 
 m sql-fence-accepts-stale src/sql.rs "postgres" \
