@@ -166,11 +166,15 @@ m extend-in-seconds lua/extend.lua "lock lease fencing waiting multi holder bad_
 # --- lua/fence_raise.lua -----------------------------------------------------
 
 m raise-unchecked lua/fence_raise.lua "lock lease fencing" \
-  "if held and redis.call('GET', KEYS[1]) == ARGV[1] then
-  return 1
+  "if not held then
+  return 0
 end
-return 0" \
-  "return 1"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return 1
+end" \
+  "do
+  return 1
+end"
 
 m raise-does-not-raise lua/fence_raise.lua "fencing" \
   "    redis.call('SET', KEYS[2], ARGV[2])
