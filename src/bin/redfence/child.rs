@@ -9,11 +9,11 @@ use std::time::Duration;
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use redfence::crossbeam_channel::{self, select, Receiver};
-use redfence::{FencingToken, LockGuard};
 
 use crate::cli::RunArgs;
 use crate::duration::show;
 use crate::exit::{signal_code, Failure, CANNOT_EXECUTE, NOT_FOUND, OSERR};
+use crate::held::{Held, SLOT_ENV};
 use crate::log::Log;
 use crate::signals::{self, Caught};
 
@@ -26,7 +26,7 @@ const REAP_AFTER_KILL: Duration = Duration::from_secs(10);
 
 /// What `run` hands over to the supervision.
 pub struct Supervision<'a> {
-    pub guard: &'a LockGuard,
+    pub guard: &'a Held,
     pub signals: &'a Receiver<Caught>,
     pub loss_signal: Signal,
     pub kill_after: Duration,
@@ -45,7 +45,7 @@ pub enum Outcome {
 }
 
 /// Starts the command and supervises it until it was reaped.
-pub fn run(args: &RunArgs, token: FencingToken, sup: Supervision<'_>) -> Result<Outcome, Failure> {
+pub fn run(args: &RunArgs, sup: Supervision<'_>) -> Result<Outcome, Failure> {
     let (program, rest) = args
         .command
         .split_first()
@@ -53,8 +53,13 @@ pub fn run(args: &RunArgs, token: FencingToken, sup: Supervision<'_>) -> Result<
     let mut command = Command::new(program);
     command
         .args(rest)
-        .env("REDFENCE_TOKEN", token.get().to_string())
+        .env("REDFENCE_TOKEN", sup.guard.token().get().to_string())
         .env("REDFENCE_RESOURCE", &args.resource);
+    // An outer run's slot would not go with this run's token.
+    match sup.guard.slot() {
+        Some(slot) => command.env(SLOT_ENV, slot.to_string()),
+        None => command.env_remove(SLOT_ENV),
+    };
     if !sup.foreground {
         // Its own group, so a signal reaches its descendants too.
         command.process_group(0);

@@ -10,6 +10,7 @@ use std::time::Duration;
 use clap::builder::FalseyValueParser;
 use clap::{Args, Parser, Subcommand};
 use nix::sys::signal::Signal;
+use redfence::MAX_PERMITS;
 
 use crate::{duration, exit, signals};
 
@@ -117,10 +118,12 @@ pub const SERVERS_ENV_ALIAS: &str = "REDFENCE_URLS";
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Wait for the lock, run the command while holding it, release it.
+    /// Wait for the lock (or a semaphore's permit, or a read or write of a
+    /// reader-writer lock), run the command while holding it, release it.
     #[command(after_help = exit::run_table())]
     Run(RunArgs),
-    /// Show the lock and fence counter of a resource on each instance.
+    /// Show the lock and fence counter of a resource on each instance, and
+    /// the holders of the semaphore or reader-writer lock of that name.
     #[command(after_help = exit::inspect_table())]
     Status(StatusArgs),
     /// Show each instance's round trip or error.
@@ -182,7 +185,7 @@ pub struct RunArgs {
     pub foreground: bool,
 
     /// Keep the lock at least this long after the grant, even when the command
-    /// ends sooner: a job started on several machines runs once.
+    /// ends sooner: a job started on several machines runs once. Locks only.
     #[arg(long, env = "REDFENCE_HOLD_AT_LEAST", value_parser = duration::parse, value_name = "DURATION")]
     pub hold_at_least: Option<Duration>,
 
@@ -190,7 +193,29 @@ pub struct RunArgs {
     #[arg(long, env = "REDFENCE_IDENTITY", value_name = "NAME")]
     pub identity: Option<String>,
 
-    /// The resource to lock.
+    /// Take one of N permits of the semaphore RESOURCE instead of the lock
+    /// (the command gets its slot, 0 to N-1, as REDFENCE_SLOT). Every caller
+    /// of a semaphore must give the same N.
+    #[arg(
+        long,
+        env = "REDFENCE_PERMITS",
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_PERMITS))
+    )]
+    pub permits: Option<u32>,
+
+    /// Read under the reader-writer lock RESOURCE instead of the lock: shared
+    /// with other readers, never with a writer.
+    #[arg(long, env = "REDFENCE_READ", value_parser = FalseyValueParser::new())]
+    pub read: bool,
+
+    /// Write under the reader-writer lock RESOURCE instead of the lock: alone,
+    /// after the readers; readers that come meanwhile wait behind it.
+    #[arg(long, env = "REDFENCE_WRITE", value_parser = FalseyValueParser::new())]
+    pub write: bool,
+
+    /// The resource to lock (the semaphore with --permits, the reader-writer
+    /// lock with --read or --write: three separate names).
     pub resource: String,
 
     /// The command and its arguments, after `--`.
@@ -200,7 +225,8 @@ pub struct RunArgs {
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// The resource to inspect.
+    /// The resource to inspect (its lock, and its semaphore and reader-writer
+    /// lock where they exist).
     pub resource: String,
 
     /// Print JSON on stdout.

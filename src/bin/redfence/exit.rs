@@ -84,10 +84,11 @@ pub fn run_table() -> String {
         "Exit codes:
   N      the command's own exit code, once it ended with the lease held
          (128+n if signal n ended it)
-  {USAGE:<6} bad arguments (EX_USAGE)
+  {USAGE:<6} bad arguments, or a --permits count other than the semaphore's (EX_USAGE)
   {UNAVAILABLE:<6} too few instances answered, or no validity was left (EX_UNAVAILABLE)
   {OSERR:<6} the system refused a thread or a signal handler (EX_OSERR)
-  {CONFLICT:<6} the lock stayed held elsewhere (EX_TEMPFAIL; --conflict-exit-code)
+  {CONFLICT:<6} the lock (with --permits: every permit) stayed held elsewhere
+         (EX_TEMPFAIL; --conflict-exit-code)
   {CONFIG:<6} bad URL, TLS file or setting; credentials or ACL refused by a quorum;
          foreign values in the lock's keys (EX_CONFIG)
   {LOST:<6} the lease was lost while the command ran: it was stopped (--lost-exit-code)

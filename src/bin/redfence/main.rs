@@ -21,6 +21,7 @@ mod client;
 mod doctor;
 mod duration;
 mod exit;
+mod held;
 mod log;
 mod ping;
 mod run;

@@ -1,15 +1,17 @@
-//! `redfence run`: wait for the lock, run the command while the lease is
-//! kept, release after the command was reaped.
+//! `redfence run`: wait for the lock (or a permit, a read, a write: see
+//! `held`), run the command while the lease is kept, release after the
+//! command was reaped.
 
 use std::time::{Duration, Instant};
 
-use redfence::{LockGuard, LockOptions, Redlock};
+use redfence::{LockOptions, Redlock};
 
 use crate::child::{self, Supervision};
 use crate::cli::{Common, RunArgs};
 use crate::client;
 use crate::duration::show;
 use crate::exit::{Failure, OSERR, USAGE};
+use crate::held::{Held, Kind};
 use crate::log::Log;
 use crate::signals::{self, Listener};
 
@@ -27,17 +29,18 @@ const MAX_DEFAULT_KILL_AFTER: Duration = Duration::from_secs(5);
 
 pub fn run(common: &Common, args: RunArgs, log: &Log) -> Result<u8, Failure> {
     let kill_after = kill_after(&args)?;
+    let kind = Kind::of(&args)?;
     // Caught from here on, so a TERM during the wait cannot leave a key
     // behind by killing us halfway through an attempt.
     let listener = Listener::start()
         .map_err(|e| Failure::new(OSERR, format!("cannot install signal handlers: {e}")))?;
     let locks =
         client::Target::from_options(common)?.client_as(common, args.identity.as_deref())?;
-    let guard = acquire(&locks, common, &args, &listener, log)?;
-    let token = guard.token();
+    let guard = acquire(&locks, kind, common, &args, &listener, log)?;
     log.info(&format!(
-        "granted {:?} with token {token}, valid for {}",
-        args.resource,
+        "granted {} with token {}, valid for {}",
+        guard.describe(&args.resource),
+        guard.token(),
         show(guard.validity())
     ));
     let supervision = Supervision {
@@ -48,7 +51,7 @@ pub fn run(common: &Common, args: RunArgs, log: &Log) -> Result<u8, Failure> {
         foreground: args.foreground,
         log,
     };
-    let outcome = child::run(&args, token, supervision);
+    let outcome = child::run(&args, supervision);
     finish(guard, outcome, &args, log)
 }
 
@@ -71,15 +74,16 @@ fn kill_after(args: &RunArgs) -> Result<Duration, Failure> {
     }
 }
 
-/// Waits for the lock in short slices, looking at the signals between
-/// them.
+/// Waits for the lock (permit, read, write) in short slices, looking at
+/// the signals between them.
 fn acquire(
     locks: &Redlock,
+    kind: Kind,
     common: &Common,
     args: &RunArgs,
     listener: &Listener,
     log: &Log,
-) -> Result<LockGuard, Failure> {
+) -> Result<Held, Failure> {
     let wait = if args.nonblock {
         Duration::ZERO
     } else {
@@ -103,7 +107,7 @@ fn acquire(
         let slice = deadline
             .saturating_duration_since(started)
             .min(SLICE + common.instance_timeout * 2);
-        match locks.lock_with(&args.resource, options.wait(slice)) {
+        match kind.take(locks, &args.resource, options.wait(slice)) {
             Ok(guard) => {
                 if let Some(signal) = stop_signal(listener, Duration::ZERO, log) {
                     let _ = guard.release();
@@ -124,7 +128,10 @@ fn acquire(
                 }
             }
             Err(e) => {
-                let failure = Failure::from_lock_error(&e, conflict, lost);
+                let mut failure = Failure::from_lock_error(&e, conflict, lost);
+                if let Some(message) = kind.conflict(&args.resource, &e) {
+                    failure.message = message;
+                }
                 // -q: an expected conflict is said by the exit code alone
                 // (cron mails every line printed).
                 return Err(if matches!(e, redfence::Error::Contended { .. }) {
@@ -154,7 +161,7 @@ fn stop_signal(listener: &Listener, timeout: Duration, log: &Log) -> Option<i32>
 
 /// Releases the lock after the command was reaped, and picks the exit code.
 fn finish(
-    guard: LockGuard,
+    guard: Held,
     outcome: Result<child::Outcome, Failure>,
     args: &RunArgs,
     log: &Log,
