@@ -4,7 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use redfence::{LockOptions, Redlock};
+use redfence::crossbeam_channel::{self, Receiver};
+use redfence::{Cancel, LockOptions, Redlock};
 
 use crate::child::{self, Supervision};
 use crate::cli::{Common, RunArgs};
@@ -15,15 +16,6 @@ use crate::held::{Held, Kind};
 use crate::log::Log;
 use crate::signals::{self, Listener};
 
-/// How long one lock call may keep waiting before we look at the signals
-/// again: a TERM while waiting must end the wait well under a second. The
-/// library starts no attempt later than two instance timeouts before a
-/// call's budget ends, so each call gets this plus those two timeouts.
-const SLICE: Duration = Duration::from_millis(200);
-/// An attempt that failed this fast (instances refusing connections) is
-/// followed by a short pause, so the loop does not spin.
-const FAST_FAILURE: Duration = Duration::from_millis(20);
-const PAUSE: Duration = Duration::from_millis(50);
 /// Longest default time between the loss signal and SIGKILL.
 const MAX_DEFAULT_KILL_AFTER: Duration = Duration::from_secs(5);
 
@@ -36,7 +28,7 @@ pub fn run(common: &Common, args: RunArgs, log: &Log) -> Result<u8, Failure> {
         .map_err(|e| Failure::new(OSERR, format!("cannot install signal handlers: {e}")))?;
     let locks =
         client::Target::from_options(common)?.client_as(common, args.identity.as_deref())?;
-    let guard = acquire(&locks, kind, common, &args, &listener, log)?;
+    let guard = acquire(&locks, kind, &args, &listener, log)?;
     log.info(&format!(
         "granted {} with token {}, valid for {}",
         guard.describe(&args.resource),
@@ -74,12 +66,13 @@ fn kill_after(args: &RunArgs) -> Result<Duration, Failure> {
     }
 }
 
-/// Waits for the lock (permit, read, write) in short slices, looking at
-/// the signals between them.
+/// Waits for the lock (permit, read, write) in one library call, so that
+/// the wait keeps its place among the waiters (and a writer its mark ahead
+/// of new readers); a signal that ends the wait cancels the call from a
+/// watcher thread, within one instance timeout.
 fn acquire(
     locks: &Redlock,
     kind: Kind,
-    common: &Common,
     args: &RunArgs,
     listener: &Listener,
     log: &Log,
@@ -89,57 +82,78 @@ fn acquire(
     } else {
         args.wait
     };
-    let deadline = Instant::now()
-        .checked_add(wait)
-        .ok_or_else(|| Failure::new(USAGE, format!("--wait {} is too long", show(wait))))?;
-    let mut options = LockOptions::new().ttl(args.ttl);
+    if Instant::now().checked_add(wait).is_none() {
+        return Err(Failure::new(USAGE, format!("--wait {} is too long", show(wait))));
+    }
+    let cancel = Cancel::new();
+    let mut options = LockOptions::new().ttl(args.ttl).wait(wait).cancel(&cancel);
     if let Some(hold) = args.hold_at_least {
         options = options.hold_at_least(hold);
     }
-    let conflict = args.conflict_exit_code;
-    let lost = args.lost_exit_code;
-    let mut announced = false;
-    loop {
-        if let Some(signal) = stop_signal(listener, Duration::ZERO, log) {
-            return Err(Failure::interrupted(signal, &signals::name(signal)));
+    if let Some(signal) = stop_signal(listener, Duration::ZERO, log) {
+        return Err(Failure::interrupted(signal, &signals::name(signal)));
+    }
+    let (done, finished) = crossbeam_channel::bounded::<()>(0);
+    let (result, stopped) = std::thread::scope(|s| {
+        let watcher = std::thread::Builder::new()
+            .name("redfence-wait-signals".to_string())
+            .spawn_scoped(s, || watch_signals(listener, &finished, &cancel, log));
+        // One attempt first, to say why we wait (scripts and operators
+        // read that line), then the wait itself.
+        let result = match kind.take(locks, &args.resource, options.wait(Duration::ZERO)) {
+            Err(e) if e.is_retryable() && wait > Duration::ZERO => {
+                log.info(&format!("waiting for {:?}: {e}", args.resource));
+                kind.take(locks, &args.resource, options)
+            }
+            first => first,
+        };
+        drop(done);
+        let stopped = watcher.ok().and_then(|w| w.join().ok()).flatten();
+        (result, stopped)
+    });
+    if let Some(signal) = stopped {
+        if let Ok(guard) = result {
+            let _ = guard.release();
         }
-        let started = Instant::now();
-        let slice = deadline
-            .saturating_duration_since(started)
-            .min(SLICE + common.instance_timeout * 2);
-        match kind.take(locks, &args.resource, options.wait(slice)) {
-            Ok(guard) => {
-                if let Some(signal) = stop_signal(listener, Duration::ZERO, log) {
-                    let _ = guard.release();
-                    return Err(Failure::interrupted(signal, &signals::name(signal)));
+        return Err(Failure::interrupted(signal, &signals::name(signal)));
+    }
+    result.map_err(|e| {
+        let mut failure = Failure::from_lock_error(&e, args.conflict_exit_code, args.lost_exit_code);
+        if let Some(message) = kind.conflict(&args.resource, &e) {
+            failure.message = message;
+        }
+        // -q: an expected conflict is said by the exit code alone (cron
+        // mails every line printed).
+        if matches!(e, redfence::Error::Contended { .. }) {
+            failure.expected()
+        } else {
+            failure
+        }
+    })
+}
+
+/// Until `finished` disconnects: cancels the wait at the first signal that
+/// ends it (and returns that signal), and notes the others.
+fn watch_signals(
+    listener: &Listener,
+    finished: &Receiver<()>,
+    cancel: &Cancel,
+    log: &Log,
+) -> Option<i32> {
+    loop {
+        crossbeam_channel::select! {
+            recv(listener.receiver()) -> caught => {
+                let signal = caught.ok()?.signal;
+                if signals::stops_wait(signal) {
+                    cancel.cancel();
+                    return Some(signal);
                 }
-                return Ok(guard);
+                log.info(&format!(
+                    "{} ignored: the command has not started",
+                    signals::name(signal)
+                ));
             }
-            Err(e) if e.is_retryable() && Instant::now() < deadline => {
-                if !announced {
-                    log.info(&format!("waiting for {:?}: {e}", args.resource));
-                    announced = true;
-                }
-                if started.elapsed() < FAST_FAILURE {
-                    let pause = PAUSE.min(deadline.saturating_duration_since(Instant::now()));
-                    if let Some(signal) = stop_signal(listener, pause, log) {
-                        return Err(Failure::interrupted(signal, &signals::name(signal)));
-                    }
-                }
-            }
-            Err(e) => {
-                let mut failure = Failure::from_lock_error(&e, conflict, lost);
-                if let Some(message) = kind.conflict(&args.resource, &e) {
-                    failure.message = message;
-                }
-                // -q: an expected conflict is said by the exit code alone
-                // (cron mails every line printed).
-                return Err(if matches!(e, redfence::Error::Contended { .. }) {
-                    failure.expected()
-                } else {
-                    failure
-                });
-            }
+            recv(finished) -> _ => return None,
         }
     }
 }
