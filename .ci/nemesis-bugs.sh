@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Shows that the nemesis bench's checker sees violations: builds the bench
 # from a scratch copy of HEAD with one deliberate bug put into what the
-# instances execute, runs `--workload all` with every nemesis the server
-# supports, and expects exit 1 (a violation) within the run.
+# instances or the client execute (a script in lua/, a file in src/),
+# runs `--workload all` with every nemesis the server supports, and
+# expects exit 1 (a violation) within the run.
 #
 #   bash .ci/nemesis-bugs.sh              # every bug
 #   bash .ci/nemesis-bugs.sh NAME...      # only these (see --list)
@@ -61,6 +62,41 @@ b proposal-unclamped lua/acquire.lua \
   "local base = math.min(math.max(tonumber(ARGV[4]) or 0, clock), clock + EPS)" \
   "local base = tonumber(ARGV[4]) or clock" \
   valkey-9.1.2
+
+# The step forgets which slot it took: every permit says slot 0 (and
+# keeps slot 0's keys), so two holders of different slots write one slot's
+# data.
+b permit-slot-misread src/semaphore.rs \
+  "step.taken = Some(slot);" \
+  "step.taken = Some(0);" \
+  redis-server
+
+# The candidate slots run to `permits` inclusive (`..=`), the rotation and
+# the free-on-a-quorum filter widened to match (a slot the first round did
+# not list counts as free): one permit too many.
+b permit-extra-slot src/semaphore.rs \
+  "        Ok((0..self.permits)
+            .map(|i| (start + i) % self.permits)
+            .filter(|slot| quorum.reached(free_on[*slot as usize]))
+            .collect())" \
+  "        Ok((0..=self.permits)
+            .map(|i| (start + i) % (self.permits + 1))
+            .filter(|slot| free_on.get(*slot as usize).is_none_or(|n| quorum.reached(*n)))
+            .collect())" \
+  redis-server
+
+# A read is granted while another client's write holds the lock.
+b rw-read-ignores-writer lua/rw_acquire.lua \
+  "if writer and writer ~= value then" \
+  "if writer and writer ~= value and ARGV[5] == 'w' then" \
+  redis-server
+
+# A write looks for live readers at index 2 of a one-entry ZRANGE (Lua
+# counts from 1): it never sees them.
+b rw-write-ignores-readers lua/rw_acquire.lua \
+  "local reader = redis.call('ZRANGE', KEYS[2], 0, 0)[1]" \
+  "local reader = redis.call('ZRANGE', KEYS[2], 0, 0)[2]" \
+  redis-server
 
 if [ "${1:-}" = "--list" ]; then
     for n in "${NAMES[@]}"; do echo "$n  ${FILE[$n]}  on ${SERVER[$n]}"; done

@@ -113,12 +113,8 @@ impl Semaphore {
         let shared = self.client.shared();
         let step = PermitStep::new(&shared.cfg.prefix, &self.name, self.permits);
         let lease = self.client.acquire_by(&self.name, step, options)?;
-        let slot = lease.target.members[0]
-            .resource
-            .rsplit('#')
-            .next()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
+        // Set by `Target::permit`, the only target a permit step makes.
+        let slot = lease.target.permit_slot.unwrap_or_default();
         Ok(Permit::new(
             Arc::clone(self.client.shared_arc()),
             lease,

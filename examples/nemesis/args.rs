@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::nemesis::Nemesis;
 
 pub const USAGE: &str = "\
-usage: nemesis [--workload register|run-once|election|multi|all]
+usage: nemesis [--workload register|run-once|election|multi|semaphore|rw|all]
                [--nemesis pause,kill,restart,rollback,partition,late,clock,client-pause|none]
                [--duration SECONDS] [--seed N] [--instances N] [--clients N]
                [--server PATH] [--unfenced] [--report DIR]
@@ -24,14 +24,18 @@ pub enum Workload {
     RunOnce,
     Election,
     Multi,
+    Semaphore,
+    Rw,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 4] = [
+    pub const ALL: [Workload; 6] = [
         Workload::Register,
         Workload::Multi,
         Workload::Election,
         Workload::RunOnce,
+        Workload::Semaphore,
+        Workload::Rw,
     ];
 
     pub fn name(self) -> &'static str {
@@ -40,6 +44,8 @@ impl Workload {
             Workload::RunOnce => "run-once",
             Workload::Election => "election",
             Workload::Multi => "multi",
+            Workload::Semaphore => "semaphore",
+            Workload::Rw => "rw",
         }
     }
 }
@@ -66,7 +72,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, Strin
         duration: Duration::from_secs(60),
         seed: default_seed(),
         instances: 5,
-        clients: 8,
+        clients: 12,
         server: None,
         unfenced: false,
         report: None,
@@ -102,7 +108,9 @@ fn workloads(list: &str) -> Result<Vec<Workload>, String> {
     }
     let found = Workload::ALL.iter().find(|w| w.name() == list);
     found.map(|w| vec![*w]).ok_or_else(|| {
-        format!("--workload {list:?}: one of register, run-once, election, multi, all")
+        format!(
+            "--workload {list:?}: one of register, run-once, election, multi, semaphore, rw, all"
+        )
     })
 }
 

@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::history::{FaultRecord, History, Hold};
+use crate::history::{FaultRecord, History, Hold, Mode};
 use crate::nemesis::LATE_MAX;
-use crate::{MAX_KEY_LIFE, RUN_HOLD};
+use crate::{slot_resource, MAX_KEY_LIFE, PERMITS, RUN_HOLD};
 
 /// How far two holders' beliefs may touch before it counts: the claims
 /// are read a few microseconds after the library computed them.
@@ -44,6 +44,30 @@ pub struct Verdict {
     pub overlaps: u64,
     pub overlaps_excused: u64,
     pub leader_overlaps: u64,
+    /// Two permits on one slot at once.
+    pub slot_overlaps: u64,
+    /// A permit on a slot the semaphore does not have.
+    pub slots_out_of_range: u64,
+    /// More permits at once than the semaphore's count.
+    pub permits_over_count: u64,
+    pub permits_over_count_excused: u64,
+    /// `overlaps_excused` by workload (the later guard's).
+    pub excused_by_workload: BTreeMap<&'static str, u64>,
+    /// A write at once with another read or write of the reader-writer
+    /// lock.
+    pub rw_overlaps: u64,
+    /// Two accepted reads of one read guard that saw different values.
+    pub torn_reads: u64,
+    /// An accepted read that did not see exactly the accepted writes with
+    /// lower tokens.
+    pub stale_reads: u64,
+    /// What the semaphore and rw checks had to judge: permits granted
+    /// while every other permit was believed held (the count reached),
+    /// reads granted while another read was believed held, and read
+    /// guards whose two reads the store accepted.
+    pub permits_at_count: u64,
+    pub reads_shared: u64,
+    pub reads_checked: u64,
     pub run_once_duplicates: u64,
     pub run_once_excused: u64,
     pub orphans: u64,
@@ -58,6 +82,15 @@ impl Verdict {
     pub fn failed(&self) -> bool {
         !self.violations.is_empty()
     }
+
+    /// Counts an overlap that a fault excuses, `later` the second guard.
+    fn excuse(&mut self, later: &Hold) {
+        self.overlaps_excused += 1;
+        *self
+            .excused_by_workload
+            .entry(later.workload.name())
+            .or_default() += 1;
+    }
 }
 
 /// What the database holds at the end: each register's counter and its
@@ -68,6 +101,9 @@ pub struct Stored {
     pub writes: Vec<(String, i64, i32, i64)>,
     /// (term, client), in commit order.
     pub acts: Vec<(i64, i32)>,
+    /// (resource, token, client, first value, second value) of each read
+    /// guard whose two reads were accepted, in commit order.
+    pub reads: Vec<(String, i64, i32, i64, i64)>,
 }
 
 pub fn check(history: &History, stored: &Stored) -> Verdict {
@@ -75,10 +111,20 @@ pub fn check(history: &History, stored: &Stored) -> Verdict {
     let holds = history.holds.lock().clone();
     let faults = history.faults.lock().clone();
     for (resource, list) in by_resource(&holds) {
-        tokens_increase(history, &resource, &list, &mut v);
         tokens_near_clocks(history, &resource, &list, &mut v);
-        one_holder(history, &resource, &list, &faults, &mut v);
+        if list
+            .iter()
+            .any(|(h, _)| matches!(h.mode, Mode::Read | Mode::Write))
+        {
+            rw_tokens(history, &resource, &list, &mut v);
+            rw_exclusion(history, &resource, &list, &faults, &mut v);
+        } else {
+            // Locks, sets, leaderships, and each slot of the semaphore.
+            tokens_increase(history, &resource, &list, |_| true, |_| true, &mut v);
+            one_holder(history, &resource, &list, &faults, &mut v);
+        }
     }
+    permit_count(history, &holds, &faults, &mut v);
     run_once(history, &faults, &mut v);
     orphans(history, &holds, &faults, &mut v);
     voided(history, &mut v);
@@ -104,10 +150,15 @@ fn by_resource(holds: &[Hold]) -> BTreeMap<String, Vec<(Hold, u64)>> {
 }
 
 fn describe(history: &History, h: &Hold, token: u64) -> String {
+    let what = match h.mode {
+        Mode::Exclusive => h.workload.name().to_string(),
+        Mode::Permit { slot } => format!("permit on slot {slot}"),
+        Mode::Read => "read".to_string(),
+        Mode::Write => "write".to_string(),
+    };
     format!(
-        "client {} ({}) token {token}, asked at {:.3} s, granted at {:.3} s, believed until {:.3} s",
+        "client {} ({what}) token {token}, asked at {:.3} s, granted at {:.3} s, believed until {:.3} s",
         h.client,
-        h.workload.name(),
         history.secs(h.start),
         history.secs(h.granted),
         history.secs(belief_end(h)),
@@ -122,18 +173,30 @@ fn belief_end(h: &Hold) -> Instant {
 }
 
 /// A grant whose attempt started after another grant returned has a
-/// higher token: prefix maxima over the grants in grant order.
-fn tokens_increase(history: &History, resource: &str, list: &[(Hold, u64)], v: &mut Verdict) {
+/// higher token: prefix maxima over the grants in grant order. Only the
+/// grants `checked` says are judged, against those `earlier` says count.
+fn tokens_increase(
+    history: &History,
+    resource: &str,
+    list: &[(Hold, u64)],
+    earlier: impl Fn(&Hold) -> bool,
+    checked: impl Fn(&Hold) -> bool,
+    v: &mut Verdict,
+) {
     let mut best: Option<usize> = None;
     let mut next = 0;
     let mut by_start: Vec<usize> = (0..list.len()).collect();
     by_start.sort_by_key(|&i| list[i].0.start);
     for &b in &by_start {
         while next < list.len() && list[next].0.granted < list[b].0.start {
-            if best.is_none_or(|m| list[next].1 > list[m].1) {
+            let counts = earlier(&list[next].0);
+            if counts && best.is_none_or(|m| list[next].1 > list[m].1) {
                 best = Some(next);
             }
             next += 1;
+        }
+        if !checked(&list[b].0) {
+            continue;
         }
         let Some(a) = best else { continue };
         if list[b].1 <= list[a].1 {
@@ -192,16 +255,22 @@ fn one_holder(
             if hb.granted + ALLOWANCE < belief_end(ha) {
                 let excused = excused_pair(faults, ha.granted, belief_end(ha), hb.granted);
                 if excused {
-                    v.overlaps_excused += 1;
+                    v.excuse(hb);
                 } else {
                     let leader = resource.starts_with("election:");
-                    if leader {
+                    let slot = matches!(hb.mode, Mode::Permit { .. });
+                    let kind = if leader {
                         v.leader_overlaps += 1;
+                        "leader-overlap"
+                    } else if slot {
+                        v.slot_overlaps += 1;
+                        "slot-overlap"
                     } else {
                         v.overlaps += 1;
-                    }
+                        "overlap"
+                    };
                     v.violations.push(Violation {
-                        kind: if leader { "leader-overlap" } else { "overlap" },
+                        kind,
                         resource: resource.to_string(),
                         first: describe(history, ha, list[a].1),
                         second: describe(history, hb, list[b].1),
@@ -214,6 +283,137 @@ fn one_holder(
         if longest.is_none_or(|a| belief_end(&list[b].0) > belief_end(&list[a].0)) {
             longest = Some(b);
         }
+    }
+}
+
+/// A reader-writer lock's tokens: a write's is above the token of every
+/// guard, read or write, granted before its call began; a read's is above
+/// every write's granted before it (what lets the store refuse a stale
+/// writer after a read, and a stale reader after a write).
+fn rw_tokens(history: &History, resource: &str, list: &[(Hold, u64)], v: &mut Verdict) {
+    let write = |h: &Hold| h.mode == Mode::Write;
+    tokens_increase(history, resource, list, |_| true, write, v);
+    tokens_increase(history, resource, list, write, |h| h.mode == Mode::Read, v);
+}
+
+/// No write believes it holds while another guard, read or write, does:
+/// each write against the earlier guard believed longest, each read
+/// against the earlier write believed longest.
+fn rw_exclusion(
+    history: &History,
+    resource: &str,
+    list: &[(Hold, u64)],
+    faults: &[FaultRecord],
+    v: &mut Verdict,
+) {
+    let mut longest_any: Option<usize> = None;
+    let mut longest_write: Option<usize> = None;
+    let mut longest_read: Option<usize> = None;
+    let later = |b: usize, a: Option<usize>| {
+        a.is_none_or(|a| belief_end(&list[b].0) > belief_end(&list[a].0))
+    };
+    for b in 0..list.len() {
+        let hb = &list[b].0;
+        let against = if hb.mode == Mode::Write {
+            longest_any
+        } else {
+            longest_write
+        };
+        if let (Mode::Read, Some(a)) = (hb.mode, longest_read) {
+            if hb.granted + ALLOWANCE < belief_end(&list[a].0) {
+                v.reads_shared += 1;
+            }
+        }
+        if let Some(a) = against {
+            let ha = &list[a].0;
+            if hb.granted + ALLOWANCE < belief_end(ha) {
+                if excused_pair(faults, ha.granted, belief_end(ha), hb.granted) {
+                    v.excuse(hb);
+                } else {
+                    v.rw_overlaps += 1;
+                    v.violations.push(Violation {
+                        kind: "rw-overlap",
+                        resource: resource.to_string(),
+                        first: describe(history, ha, list[a].1),
+                        second: describe(history, hb, list[b].1),
+                        first_at: history.secs(ha.granted),
+                        second_at: history.secs(hb.granted),
+                    });
+                }
+            }
+        }
+        if later(b, longest_any) {
+            longest_any = Some(b);
+        }
+        if hb.mode == Mode::Write && later(b, longest_write) {
+            longest_write = Some(b);
+        }
+        if hb.mode == Mode::Read && later(b, longest_read) {
+            longest_read = Some(b);
+        }
+    }
+}
+
+/// The semaphore's count: every permit's slot is one of its `PERMITS`,
+/// and no permit is granted while `PERMITS` others are believed held
+/// (unless a fault that excuses overlaps came between it and one of them).
+/// Two on one slot are `one_holder`'s.
+fn permit_count(history: &History, holds: &[Hold], faults: &[FaultRecord], v: &mut Verdict) {
+    let mut list: Vec<(&Hold, u32)> = holds
+        .iter()
+        .filter_map(|h| match h.mode {
+            Mode::Permit { slot } => Some((h, slot)),
+            _ => None,
+        })
+        .collect();
+    list.sort_by_key(|(h, _)| h.granted);
+    let token = |h: &Hold| h.tokens.first().map_or(0, |t| t.1);
+    let mut believed: Vec<&Hold> = Vec::new();
+    for (hb, slot) in list {
+        if slot >= PERMITS {
+            v.slots_out_of_range += 1;
+            v.violations.push(Violation {
+                kind: "slot-out-of-range",
+                resource: slot_resource(slot),
+                first: format!(
+                    "the semaphore has {PERMITS} permits, slots 0 to {}",
+                    PERMITS - 1
+                ),
+                second: describe(history, hb, token(hb)),
+                first_at: history.secs(hb.granted),
+                second_at: history.secs(hb.granted),
+            });
+        }
+        believed.retain(|ha| hb.granted + ALLOWANCE < belief_end(ha));
+        if believed.len() + 1 == PERMITS as usize {
+            v.permits_at_count += 1;
+        }
+        if believed.len() >= PERMITS as usize {
+            let excused = believed
+                .iter()
+                .any(|ha| excused_pair(faults, ha.granted, belief_end(ha), hb.granted));
+            if excused {
+                v.permits_over_count_excused += 1;
+            } else {
+                v.permits_over_count += 1;
+                let others: Vec<String> = believed
+                    .iter()
+                    .map(|ha| describe(history, ha, token(ha)))
+                    .collect();
+                v.violations.push(Violation {
+                    kind: "permits-over-count",
+                    resource: crate::SEMAPHORE.to_string(),
+                    first: others.join("; "),
+                    second: describe(history, hb, token(hb)),
+                    first_at: believed
+                        .iter()
+                        .map(|ha| history.secs(ha.granted))
+                        .fold(f64::MAX, f64::min),
+                    second_at: history.secs(hb.granted),
+                });
+            }
+        }
+        believed.push(hb);
     }
 }
 
@@ -296,6 +496,15 @@ fn orphans(history: &History, holds: &[Hold], faults: &[FaultRecord], v: &mut Ve
                 .entry((h.client, r.clone()))
                 .or_default()
                 .push((h.start, h.end, h.key_life));
+        }
+        // A permit's call may try every slot before the one it got.
+        if let Mode::Permit { .. } = h.mode {
+            for slot in 0..PERMITS {
+                activity
+                    .entry((h.client, slot_resource(slot)))
+                    .or_default()
+                    .push((h.start, h.granted, h.key_life));
+            }
         }
     }
     for c in &calls {
@@ -421,7 +630,8 @@ fn calls_end(history: &History, holds: &[Hold], v: &mut Verdict) {
 
 /// No lost update (each accepted write read the value the previous one
 /// wrote), no stale write or act accepted (a token below one the database
-/// already accepted).
+/// already accepted); each read guard's two accepted reads saw one value,
+/// that of exactly the accepted writes with lower tokens.
 fn database(stored: &Stored, v: &mut Verdict) {
     let mut last: BTreeMap<&str, (i64, i64, i32)> = BTreeMap::new();
     for (resource, token, client, read) in &stored.writes {
@@ -467,6 +677,30 @@ fn database(stored: &Stored, v: &mut Verdict) {
             );
         }
     }
+    v.reads_checked = stored.reads.len() as u64;
+    for (resource, token, client, first, second) in &stored.reads {
+        let read = format!("read with token {token} by client {client}");
+        if first != second {
+            v.torn_reads += 1;
+            push_read(
+                v,
+                "torn-read",
+                resource,
+                &read,
+                format!("saw {first}, then {second}"),
+            );
+        }
+        let below = stored
+            .writes
+            .iter()
+            .filter(|w| &w.0 == resource && w.1 < *token)
+            .count() as i64;
+        if *first != below {
+            v.stale_reads += 1;
+            let note = format!("saw {first}; {below} writes with lower tokens were accepted");
+            push_read(v, "stale-read", resource, &read, note);
+        }
+    }
     let mut top = i64::MIN;
     for (term, client) in &stored.acts {
         if *term < top {
@@ -500,6 +734,20 @@ fn push_db(
         resource: resource.to_string(),
         first: format!("write with token {} by client {}", a.0, a.1),
         second: format!("write with token {} by client {} {note}", b.0, b.1),
+        first_at: 0.0,
+        second_at: 0.0,
+    });
+}
+
+fn push_read(v: &mut Verdict, kind: &'static str, resource: &str, read: &str, note: String) {
+    if v.violations.len() >= 200 {
+        return;
+    }
+    v.violations.push(Violation {
+        kind,
+        resource: resource.to_string(),
+        first: read.to_string(),
+        second: note,
         first_at: 0.0,
         second_at: 0.0,
     });

@@ -4,6 +4,7 @@
 //! times are instants of the one monotonic clock of this process, so holds
 //! of different clients compare directly.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -11,12 +12,27 @@ use parking_lot::Mutex;
 use crate::args::Workload;
 use crate::nemesis::Nemesis;
 
-/// One guard (lock, set, leadership), from the call that returned it to
-/// its release.
+/// What kind of guard a hold was, as the checker judges it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A lock, a set or a leadership: one holder per resource.
+    Exclusive,
+    /// A semaphore's permit on the slot it said (`Permit::slot`): one
+    /// holder per slot, and at most the count at once.
+    Permit { slot: u32 },
+    /// A reader-writer lock's read: shared with other reads.
+    Read,
+    /// A reader-writer lock's write: alone.
+    Write,
+}
+
+/// One guard (lock, set, leadership, permit, read, write), from the call
+/// that returned it to its release.
 #[derive(Debug, Clone)]
 pub struct Hold {
     pub client: usize,
     pub workload: Workload,
+    pub mode: Mode,
     /// Each resource held, with its fencing token.
     pub tokens: Vec<(String, u64)>,
     /// The lock call began.
@@ -62,11 +78,16 @@ impl Claim {
 #[derive(Debug, Clone)]
 pub struct Call {
     pub client: usize,
+    pub workload: Workload,
+    /// Every resource whose keys its attempts may have written (a
+    /// permit call: every slot).
     pub resources: Vec<String>,
     pub start: Instant,
     pub end: Instant,
     pub wait: Duration,
     pub key_life: Duration,
+    /// How it failed: `contended`, `unavailable` or `other`.
+    pub error: &'static str,
 }
 
 /// One fault, from injection to healing.
@@ -125,9 +146,14 @@ pub struct Counters {
     pub other_errors: u64,
     pub lost_before_write: u64,
     pub writes_refused: u64,
+    /// Reads under a read guard that the store refused (a write with a
+    /// higher token was accepted first).
+    pub reads_refused: u64,
     pub stalls: u64,
     pub extends: u64,
     pub database_errors: u64,
+    /// Operations attempted, per workload.
+    pub ops_by_workload: BTreeMap<&'static str, u64>,
 }
 
 impl History {
@@ -161,12 +187,25 @@ impl History {
         bump(&mut self.ops.lock());
     }
 
-    /// Counts a failed lock call by its error.
-    pub fn count_error(&self, error: &redfence::Error) {
+    /// Counts an operation of `workload` begun.
+    pub fn op(&self, workload: Workload) {
+        self.count(|c| {
+            c.ops += 1;
+            *c.ops_by_workload.entry(workload.name()).or_default() += 1;
+        });
+    }
+
+    /// Counts a failed lock call by its error, and names the kind.
+    pub fn count_error(&self, error: &redfence::Error) -> &'static str {
         self.count(|c| match error {
             redfence::Error::Contended { .. } => c.contended += 1,
             redfence::Error::Unavailable { .. } => c.unavailable += 1,
             _ => c.other_errors += 1,
         });
+        match error {
+            redfence::Error::Contended { .. } => "contended",
+            redfence::Error::Unavailable { .. } => "unavailable",
+            _ => "other",
+        }
     }
 }

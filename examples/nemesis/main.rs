@@ -1,6 +1,7 @@
 //! The nemesis bench: many clients doing real work through every
-//! capability (fenced read-modify-writes on single locks and on sets,
-//! elections, once-only jobs), a seeded schedule of real faults (servers
+//! capability (fenced read-modify-writes on single locks, on sets, on a
+//! semaphore's slots and under a reader-writer lock, elections, once-only
+//! jobs), a seeded schedule of real faults (servers
 //! stopped, killed, restarted from snapshots, links cut, requests held and
 //! delivered late, clocks moved, holders stalled), a recorded history, and
 //! a checker that judges the history.
@@ -40,6 +41,7 @@ use checker::Stored;
 use cluster::Cluster;
 use history::History;
 use nemesis::{Nemesis, Schedule, Stalls};
+use watcher::Watched;
 
 /// The registers' lease, and how long a lock call waits.
 pub const TTL: Duration = Duration::from_millis(1000);
@@ -58,9 +60,23 @@ pub const RUN_WINDOW: Duration = Duration::from_secs(2);
 pub const RUN_HOLD: Duration = Duration::from_millis(1500);
 pub const RUN_TTL: Duration = Duration::from_millis(500);
 pub const RUN_JITTER: Duration = Duration::from_millis(1000);
+/// The semaphore of the `semaphore` workload and its count: fewer than
+/// its callers (`THREADS` per client), so that they queue for permits.
+pub const SEMAPHORE: &str = "pool";
+pub const PERMITS: u32 = 2;
+/// The reader-writer lock of the `rw` workload.
+pub const RW_LOCK: &str = "doc";
+/// Threads per `semaphore` or `rw` client, on the client's one `Redlock`.
+pub const THREADS: usize = 2;
 /// The longest any lock key lives past its last write: every TTL, manual
 /// extension and hold above is at most this.
 pub const MAX_KEY_LIFE: Duration = Duration::from_secs(3);
+
+/// How the history names slot `slot` of the semaphore (as the library's
+/// errors do).
+pub fn slot_resource(slot: u32) -> String {
+    format!("{SEMAPHORE}#{slot}")
+}
 
 fn main() -> ExitCode {
     let args = match args::parse(std::env::args().skip(1)) {
@@ -214,12 +230,18 @@ fn prepare_database(url: &str) -> Result<(), BoxError> {
     let mut db = Client::connect(url, NoTls)?;
     db.batch_execute(sql::CREATE_FENCE_TABLE)?;
     db.batch_execute(workloads::SCHEMA)?;
-    for r in REGISTERS {
+    let slots = (0..PERMITS).map(slot_resource);
+    let counters = REGISTERS.iter().map(|r| r.to_string()).chain(slots);
+    for r in counters.chain([RW_LOCK.to_string()]) {
         db.execute(
             "INSERT INTO counters (resource, value) VALUES ($1, 0)",
             &[&r],
         )?;
     }
+    db.execute(
+        "INSERT INTO rw_fences (resource, seen, written) VALUES ($1, 0, 0)",
+        &[&RW_LOCK],
+    )?;
     Ok(())
 }
 
@@ -244,10 +266,11 @@ fn exercise(
         until,
     };
     let (stop_watching, stopped) = crossbeam_channel::bounded::<()>(0);
-    let mut watched: Vec<String> = REGISTERS.iter().map(|r| r.to_string()).collect();
-    watched.push(RUN_JOB.to_string());
-    watched.push(format!("election:{ELECTION}"));
-    let watched: Vec<&str> = watched.iter().map(String::as_str).collect();
+    let mut watched: Vec<Watched> = REGISTERS.iter().map(|r| Watched::lock(r)).collect();
+    watched.push(Watched::lock(RUN_JOB));
+    watched.push(Watched::lock(&format!("election:{ELECTION}")));
+    watched.extend((0..PERMITS).map(|slot| Watched::permit(SEMAPHORE, slot)));
+    watched.extend(Watched::rw(RW_LOCK));
     thread::scope(|s| {
         let (watched, stopped) = (&watched, &stopped);
         let watcher = thread::Builder::new()
@@ -307,10 +330,19 @@ fn read_database(url: &str) -> Result<Stored, BoxError> {
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
+    let reads = db
+        .query(
+            "SELECT resource, token, client, first, second FROM reads ORDER BY id",
+            &[],
+        )?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+        .collect();
     Ok(Stored {
         counters,
         writes,
         acts,
+        reads,
     })
 }
 
@@ -321,6 +353,7 @@ fn summarise(results: &serde_json::Value) {
         "contended",
         "unavailable",
         "writes_refused",
+        "reads_refused",
         "stalls",
         "faults",
         "lost_updates",
@@ -331,12 +364,27 @@ fn summarise(results: &serde_json::Value) {
         "overlaps_excused",
         "run_once_duplicates",
         "leader_overlaps",
+        "slot_overlaps",
+        "slots_out_of_range",
+        "permits_over_count",
+        "permits_over_count_excused",
+        "rw_overlaps",
+        "torn_reads",
+        "stale_reads",
+        "permits_at_count",
+        "reads_shared",
+        "reads_checked",
         "orphan_locks",
         "voided_grants",
         "stuck_calls",
     ];
     for k in keys {
         println!("{k}: {}", results[k]);
+    }
+    if let Some(per) = results["per_workload"].as_object() {
+        for (name, counts) in per {
+            println!("workload {name}: {counts}");
+        }
     }
     if let Some(list) = results["violations"].as_array() {
         for v in list.iter().take(10) {

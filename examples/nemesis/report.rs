@@ -10,7 +10,7 @@ use plotters::prelude::*;
 use serde_json::{json, Value};
 
 use crate::checker::Verdict;
-use crate::history::{Counters, History};
+use crate::history::{Counters, History, Mode};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -43,6 +43,7 @@ pub fn results(info: &RunInfo<'_>, history: &History, verdict: &Verdict) -> Valu
             })
         })
         .collect();
+    let per_workload = per_workload(info, history, &counters, verdict);
     let fault_log: Vec<Value> = history
         .faults
         .lock()
@@ -55,7 +56,7 @@ pub fn results(info: &RunInfo<'_>, history: &History, verdict: &Verdict) -> Valu
             })
         })
         .collect();
-    json!({
+    let mut out = json!({
         "seed": info.seed,
         "duration_s": round3(info.duration_s),
         "server": info.server,
@@ -72,9 +73,14 @@ pub fn results(info: &RunInfo<'_>, history: &History, verdict: &Verdict) -> Valu
         "extends": counters.extends,
         "stalls": counters.stalls,
         "writes_refused": counters.writes_refused,
+        "reads_refused": counters.reads_refused,
         "lost_before_write": counters.lost_before_write,
         "database_errors": counters.database_errors,
         "faults": faults,
+    });
+    // In two parts: one `json!` this long passes the macro's recursion
+    // limit.
+    let checks = json!({
         "lost_updates": verdict.lost_updates,
         "stale_writes_accepted": verdict.stale_writes_accepted,
         "token_regressions": verdict.token_regressions,
@@ -84,12 +90,71 @@ pub fn results(info: &RunInfo<'_>, history: &History, verdict: &Verdict) -> Valu
         "run_once_duplicates": verdict.run_once_duplicates,
         "run_once_excused": verdict.run_once_excused,
         "leader_overlaps": verdict.leader_overlaps,
+        "slot_overlaps": verdict.slot_overlaps,
+        "slots_out_of_range": verdict.slots_out_of_range,
+        "permits_over_count": verdict.permits_over_count,
+        "permits_over_count_excused": verdict.permits_over_count_excused,
+        "rw_overlaps": verdict.rw_overlaps,
+        "torn_reads": verdict.torn_reads,
+        "stale_reads": verdict.stale_reads,
+        "permits_at_count": verdict.permits_at_count,
+        "reads_shared": verdict.reads_shared,
+        "reads_checked": verdict.reads_checked,
         "orphan_locks": verdict.orphans,
         "voided_grants": verdict.voided_grants,
         "stuck_calls": verdict.stuck_calls,
+        "per_workload": per_workload,
         "violations": violations,
         "fault_log": fault_log,
-    })
+    });
+    if let (Some(all), Value::Object(more)) = (out.as_object_mut(), checks) {
+        all.extend(more);
+    }
+    out
+}
+
+/// Per workload: operations begun, guards granted (for `rw`, reads and
+/// writes apart), lock calls that failed (by error), the longest any call
+/// took past its wait (in ms: liveness, judged by `stuck_calls`), and the
+/// overlaps a fault excused.
+fn per_workload(
+    info: &RunInfo<'_>,
+    history: &History,
+    counters: &Counters,
+    verdict: &Verdict,
+) -> Value {
+    let holds = history.holds.lock();
+    let calls = history.calls.lock();
+    let mut out = serde_json::Map::new();
+    let mut names = info.workloads.clone();
+    names.sort_unstable();
+    names.dedup();
+    for name in names {
+        let mine = || holds.iter().filter(move |h| h.workload.name() == name);
+        let failed = || calls.iter().filter(move |c| c.workload.name() == name);
+        let failed_by = |error: &str| failed().filter(|c| c.error == error).count();
+        let past_wait = mine()
+            .map(|h| h.granted.duration_since(h.start).saturating_sub(h.wait))
+            .chain(failed().map(|c| c.end.duration_since(c.start).saturating_sub(c.wait)))
+            .max()
+            .unwrap_or_default();
+        let mut entry = json!({
+            "ops": counters.ops_by_workload.get(name).copied().unwrap_or(0),
+            "grants": mine().count(),
+            "failed_calls": failed().count(),
+            "contended": failed_by("contended"),
+            "unavailable": failed_by("unavailable"),
+            "other_errors": failed_by("other"),
+            "longest_past_wait_ms": past_wait.as_millis() as u64,
+            "overlaps_excused": verdict.excused_by_workload.get(name).copied().unwrap_or(0),
+        });
+        if mine().any(|h| matches!(h.mode, Mode::Read | Mode::Write)) {
+            entry["reads"] = json!(mine().filter(|h| h.mode == Mode::Read).count());
+            entry["writes"] = json!(mine().filter(|h| h.mode == Mode::Write).count());
+        }
+        out.insert(name.to_string(), entry);
+    }
+    Value::Object(out)
 }
 
 fn round3(x: f64) -> f64 {
@@ -112,7 +177,8 @@ pub fn write(
 }
 
 const LANE: u32 = 22;
-const CAPTION: &str = "holds: register blue, multi green, election purple, run-once orange; \
+const CAPTION: &str = "holds: register blue, multi green, election purple, run-once orange, \
+     permit teal, read light brown, write dark brown; \
      faults: pause grey, kill/restart/rollback black, partition orange, late yellow, \
      clock light blue, client-pause pink (on client lanes); violations: red lines";
 
@@ -160,7 +226,7 @@ fn timeline(
         let x1 = history.secs(h.claim_end.min(h.releasing)).max(x0 + 0.01);
         Rectangle::new(
             [(x0, y + 0.15), (x1, y + 0.85)],
-            workload_colour(h.workload).filled(),
+            hold_colour(h.workload, h.mode).filled(),
         )
     }))?;
     let faults = history.faults.lock().clone();
@@ -204,13 +270,16 @@ fn lane_name(y: f64, clients: usize) -> String {
     }
 }
 
-fn workload_colour(w: crate::args::Workload) -> RGBColor {
+fn hold_colour(w: crate::args::Workload, mode: Mode) -> RGBColor {
     use crate::args::Workload::*;
-    match w {
-        Register => RGBColor(70, 130, 180),
-        Multi => RGBColor(60, 160, 90),
-        Election => RGBColor(150, 90, 170),
-        RunOnce => RGBColor(200, 140, 40),
+    match (w, mode) {
+        (_, Mode::Read) => RGBColor(205, 170, 125),
+        (_, Mode::Write) => RGBColor(120, 70, 30),
+        (Register, _) => RGBColor(70, 130, 180),
+        (Multi, _) => RGBColor(60, 160, 90),
+        (Election, _) => RGBColor(150, 90, 170),
+        (RunOnce, _) => RGBColor(200, 140, 40),
+        (Semaphore | Rw, _) => RGBColor(40, 160, 160),
     }
 }
 

@@ -11,6 +11,19 @@
 //!   `is_leader()`, resign.
 //! - `run-once`: every window, all clients try the job at once with
 //!   `hold_at_least`, as the cron recipe does; the winner runs it.
+//! - `semaphore`: take a permit of the semaphore (`PERMITS` of them) and
+//!   do the register's read-modify-write on the counter of the permit's
+//!   slot, fenced by the slot's token, extensions and stalls alike.
+//! - `rw`: read or write the reader-writer lock's document. A write is
+//!   the register's read-modify-write; a read reads the document twice
+//!   (the same value, or a write came between), with the steps and stalls
+//!   of a write in between. The store fences both (`RW_READ_FENCE`,
+//!   `RW_WRITE_FENCE`).
+//!
+//! A `semaphore` or `rw` client runs `THREADS` threads on its one
+//! `Redlock`, as a program's pool of workers does: with a client or two
+//! per workload, that is enough callers to fill the permits, and readers
+//! to share.
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -19,17 +32,22 @@ use postgres::{Client, NoTls};
 use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
-use redfence::{sql, Error, LockGuard, LockOptions, MultiGuard, Redlock};
+use redfence::{
+    sql, Error, LockGuard, LockOptions, MultiGuard, Permit, ReadGuard, Redlock, WriteGuard,
+};
 
 use crate::args::Workload;
-use crate::history::{Call, Claim, History, Hold, Run};
+use crate::history::{Call, Claim, History, Hold, Mode, Run};
 use crate::nemesis::Stalls;
 use crate::{
-    ELECTION, ELECTION_LEASE, EXTEND_MAX, INSTANCE_TIMEOUT, REGISTERS, RUN_HOLD, RUN_JITTER,
-    RUN_JOB, RUN_TTL, RUN_WINDOW, TTL, WAIT,
+    slot_resource, ELECTION, ELECTION_LEASE, EXTEND_MAX, INSTANCE_TIMEOUT, PERMITS, REGISTERS,
+    RUN_HOLD, RUN_JITTER, RUN_JOB, RUN_TTL, RUN_WINDOW, RW_LOCK, SEMAPHORE, THREADS, TTL, WAIT,
 };
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The share of `rw` operations that write.
+const RW_WRITES: f64 = 0.35;
 
 /// What every client shares.
 pub struct Ctx<'a> {
@@ -48,13 +66,36 @@ pub fn identity(id: usize) -> String {
     format!("nemesis-c{id}")
 }
 
-/// The tables the workloads write: a counter per register, every accepted
-/// write and every accepted act, in commit order.
+/// The tables the workloads write: a counter per register, per semaphore
+/// slot and for the reader-writer lock's document, every accepted write,
+/// every accepted act and every read of the document accepted twice, in
+/// commit order; and the document's fence.
 pub const SCHEMA: &str = "
     CREATE TABLE counters (resource text PRIMARY KEY, value bigint NOT NULL);
     CREATE TABLE writes (id bigserial PRIMARY KEY, resource text NOT NULL,
         token bigint NOT NULL, client int NOT NULL, read bigint NOT NULL);
-    CREATE TABLE acts (id bigserial PRIMARY KEY, term bigint NOT NULL, client int NOT NULL);";
+    CREATE TABLE acts (id bigserial PRIMARY KEY, term bigint NOT NULL, client int NOT NULL);
+    CREATE TABLE rw_fences (resource text PRIMARY KEY, seen bigint NOT NULL,
+        written bigint NOT NULL);
+    CREATE TABLE reads (id bigserial PRIMARY KEY, resource text NOT NULL,
+        token bigint NOT NULL, client int NOT NULL, first bigint NOT NULL,
+        second bigint NOT NULL);";
+
+/// A reader-writer lock's fence has two tokens: `seen`, the highest of any
+/// guard that touched the data, and `written`, the highest of a write. A
+/// write passes while no guard with a higher token touched the data (a
+/// read granted after it, or a later write), and raises both; its
+/// read-modify-write claims the fence when reading, as `sql` says. Like
+/// `sql::ADVANCE_FENCE`, the `UPDATE` locks the row and checks its newest
+/// version, at READ COMMITTED.
+pub const RW_WRITE_FENCE: &str = "UPDATE rw_fences SET seen = $2, written = $2 \
+     WHERE resource = $1 AND seen <= $2 RETURNING seen";
+/// A read passes while no write with a higher token has claimed the data,
+/// and raises `seen`, so that a write with a lower token (a writer whose
+/// lease ran out before this read was granted) is refused after it.
+/// Readers never refuse each other.
+pub const RW_READ_FENCE: &str = "UPDATE rw_fences SET seen = GREATEST(seen, $2) \
+     WHERE resource = $1 AND written <= $2 RETURNING seen";
 
 struct Worker<'a> {
     ctx: &'a Ctx<'a>,
@@ -65,35 +106,95 @@ struct Worker<'a> {
     rng: StdRng,
 }
 
-/// Runs client `id` until the run's end. An error means it could not
-/// start (no client, no database).
+/// Runs client `id` until the run's end: one thread, or `THREADS` on the
+/// client for `semaphore` and `rw`. An error means it could not start (no
+/// client, no database).
 pub fn run(ctx: &Ctx<'_>, id: usize, workload: Workload, seed: u64) -> Result<(), BoxError> {
     let locks = Redlock::builder(ctx.urls.clone())
         .identity(identity(id))
         .instance_timeout(INSTANCE_TIMEOUT)
         .build()?;
-    let db = Client::connect(&ctx.pg_url, NoTls)?;
-    let rng = StdRng::seed_from_u64(seed.wrapping_add(id as u64 * 0x9e37_79b9));
-    let mut worker = Worker {
-        ctx,
-        id,
-        workload,
-        locks,
-        db,
-        rng,
+    let threads = match workload {
+        Workload::Semaphore | Workload::Rw => THREADS,
+        _ => 1,
     };
-    match workload {
-        Workload::Register | Workload::Multi => worker.registers(),
-        Workload::Election => worker.elections()?,
-        Workload::RunOnce => worker.run_once(),
+    let mut workers = Vec::with_capacity(threads);
+    for t in 0..threads {
+        let seed = seed
+            .wrapping_add(id as u64 * 0x9e37_79b9)
+            .wrapping_add(t as u64 * 0x85eb_ca6b);
+        workers.push(Worker {
+            ctx,
+            id,
+            workload,
+            locks: locks.clone(),
+            db: Client::connect(&ctx.pg_url, NoTls)?,
+            rng: StdRng::seed_from_u64(seed),
+        });
     }
-    Ok(())
+    drop(locks);
+    let mut last = workers.pop().expect("one worker at least");
+    thread::scope(|s| {
+        let others: Vec<_> = workers
+            .into_iter()
+            .enumerate()
+            .map(|(t, mut w)| {
+                thread::Builder::new()
+                    .name(format!("nemesis-client-{id}.{}", t + 1))
+                    .spawn_scoped(s, move || w.work())
+            })
+            .collect();
+        let mut result = last.work();
+        for other in others {
+            let joined = match other {
+                Ok(handle) => handle.join().unwrap_or_else(|_| Err("panicked".into())),
+                Err(e) => Err(e.into()),
+            };
+            result = result.and(joined);
+        }
+        result
+    })
 }
 
-/// A single lock or a set, with what the workload needs of both.
+/// What one operation asks for.
+enum Ask {
+    /// One register, or a set of them.
+    Registers(Vec<&'static str>),
+    /// A permit of the semaphore.
+    Permit,
+    /// A read, or a write, of the reader-writer lock.
+    Read,
+    Write,
+}
+
+impl Ask {
+    /// The resources whose keys the call's attempts may write: for a
+    /// permit, every slot.
+    fn resources(&self) -> Vec<String> {
+        match self {
+            Ask::Registers(list) => list.iter().map(|r| r.to_string()).collect(),
+            Ask::Permit => (0..PERMITS).map(slot_resource).collect(),
+            Ask::Read | Ask::Write => vec![RW_LOCK.to_string()],
+        }
+    }
+}
+
+/// Which fence the store checks a guard's token against.
+#[derive(Clone, Copy)]
+enum Fence {
+    /// `sql::ADVANCE_FENCE`: locks, sets, permits (per slot).
+    Lock,
+    RwRead,
+    RwWrite,
+}
+
+/// A guard of any kind, with what the workloads need of each.
 enum Guard {
     One(LockGuard),
     Set(MultiGuard),
+    Permit(Permit),
+    Read(ReadGuard),
+    Write(WriteGuard),
 }
 
 impl Guard {
@@ -101,6 +202,9 @@ impl Guard {
         match self {
             Guard::One(g) => g.validity(),
             Guard::Set(g) => g.validity(),
+            Guard::Permit(g) => g.validity(),
+            Guard::Read(g) => g.validity(),
+            Guard::Write(g) => g.validity(),
         }
     }
 
@@ -108,9 +212,14 @@ impl Guard {
         match self {
             Guard::One(g) => g.extend(ttl),
             Guard::Set(g) => g.extend(ttl),
+            Guard::Permit(g) => g.extend(ttl),
+            Guard::Read(g) => g.extend(ttl),
+            Guard::Write(g) => g.extend(ttl),
         }
     }
 
+    /// Each resource the guard stands for, with its token: a permit's is
+    /// the slot it says it holds.
     fn tokens(&self) -> Vec<(String, u64)> {
         match self {
             Guard::One(g) => vec![(g.resource().to_string(), g.token().get())],
@@ -118,6 +227,26 @@ impl Guard {
                 .resources()
                 .filter_map(|r| g.token(r).map(|t| (r.to_string(), t.get())))
                 .collect(),
+            Guard::Permit(g) => vec![(slot_resource(g.slot()), g.token().get())],
+            Guard::Read(g) => vec![(RW_LOCK.to_string(), g.token().get())],
+            Guard::Write(g) => vec![(RW_LOCK.to_string(), g.token().get())],
+        }
+    }
+
+    fn mode(&self) -> Mode {
+        match self {
+            Guard::One(_) | Guard::Set(_) => Mode::Exclusive,
+            Guard::Permit(g) => Mode::Permit { slot: g.slot() },
+            Guard::Read(_) => Mode::Read,
+            Guard::Write(_) => Mode::Write,
+        }
+    }
+
+    fn fence(&self) -> Fence {
+        match self {
+            Guard::Read(_) => Fence::RwRead,
+            Guard::Write(_) => Fence::RwWrite,
+            _ => Fence::Lock,
         }
     }
 
@@ -127,16 +256,30 @@ impl Guard {
         let _ = match self {
             Guard::One(g) => g.release(),
             Guard::Set(g) => g.release(),
+            Guard::Permit(g) => g.release(),
+            Guard::Read(g) => g.release(),
+            Guard::Write(g) => g.release(),
         };
     }
 }
 
 impl Worker<'_> {
-    fn registers(&mut self) {
+    fn work(&mut self) -> Result<(), BoxError> {
+        match self.workload {
+            Workload::Election => self.elections()?,
+            Workload::RunOnce => self.run_once(),
+            _ => self.holds(),
+        }
+        Ok(())
+    }
+
+    /// `register`, `multi`, `semaphore`, `rw`: one guarded operation after
+    /// another.
+    fn holds(&mut self) {
         while Instant::now() < self.ctx.until {
-            self.ctx.history.count(|c| c.ops += 1);
-            let resources = self.pick_registers();
-            if let Err(e) = self.increment(&resources) {
+            self.ctx.history.op(self.workload);
+            let ask = self.pick();
+            if let Err(e) = self.increment(ask) {
                 self.ctx.history.count(|c| c.database_errors += 1);
                 eprintln!("client {}: {e}", self.id);
                 self.reconnect();
@@ -145,21 +288,45 @@ impl Worker<'_> {
         }
     }
 
-    fn pick_registers(&mut self) -> Vec<&'static str> {
-        let k = if self.workload == Workload::Multi {
-            2
-        } else {
-            1
+    fn pick(&mut self) -> Ask {
+        let k = match self.workload {
+            Workload::Semaphore => return Ask::Permit,
+            Workload::Rw if self.rng.random_bool(RW_WRITES) => return Ask::Write,
+            Workload::Rw => return Ask::Read,
+            Workload::Multi => 2,
+            _ => 1,
         };
         let picked = sample(&mut self.rng, REGISTERS.len(), k);
-        picked.iter().map(|i| REGISTERS[i]).collect()
+        Ask::Registers(picked.iter().map(|i| REGISTERS[i]).collect())
     }
 
-    /// One read-modify-write under the lock; `Err` only for the database.
-    fn increment(&mut self, resources: &[&'static str]) -> Result<(), BoxError> {
-        let stall = self.ctx.stalls.take();
-        // A stalling holder has no watchdog: its lease runs out while it
-        // stalls, as a paused process's would.
+    fn take(&self, ask: &Ask, options: LockOptions) -> Result<Guard, Error> {
+        match ask {
+            Ask::Registers(list) => match list.as_slice() {
+                [one] => self.locks.lock_with(one, options).map(Guard::One),
+                all => self.locks.lock_all_with(all, options).map(Guard::Set),
+            },
+            Ask::Permit => self
+                .locks
+                .semaphore(SEMAPHORE, PERMITS)
+                .acquire_with(options)
+                .map(Guard::Permit),
+            Ask::Read => self
+                .locks
+                .rw_lock(RW_LOCK)
+                .read_with(options)
+                .map(Guard::Read),
+            Ask::Write => self
+                .locks
+                .rw_lock(RW_LOCK)
+                .write_with(options)
+                .map(Guard::Write),
+        }
+    }
+
+    /// One read-modify-write under the guard (a read: two reads); `Err`
+    /// only for the database.
+    fn increment(&mut self, ask: Ask) -> Result<(), BoxError> {
         // Some holders work in steps and extend the lease themselves before
         // each, as a batch job does; of the others, most have the watchdog.
         let steps = if self.rng.random_bool(0.6) {
@@ -167,7 +334,7 @@ impl Worker<'_> {
         } else {
             0
         };
-        let auto = !stall && steps == 0 && self.rng.random_bool(0.7);
+        let auto = steps == 0 && self.rng.random_bool(0.7);
         // Some callers try once and move on (`try_lock`).
         let wait = if self.rng.random_bool(0.3) {
             Duration::ZERO
@@ -176,21 +343,25 @@ impl Worker<'_> {
         };
         let options = LockOptions::new().ttl(TTL).wait(wait).auto_extend(auto);
         let start = Instant::now();
-        let taken = if let [one] = resources {
-            self.locks.lock_with(one, options).map(Guard::One)
-        } else {
-            self.locks.lock_all_with(resources, options).map(Guard::Set)
-        };
-        let guard = match taken {
+        let guard = match self.take(&ask, options) {
             Ok(g) => g,
             Err(e) => {
-                self.failed_call(resources, start, wait, TTL, &e);
+                self.failed_call(&ask.resources(), start, wait, TTL, &e);
                 return Ok(());
             }
         };
         let granted = Instant::now();
+        // A requested stall goes to the next holder granted without a
+        // watchdog: its lease runs out while it stalls, as a paused
+        // process's would. (Taken at the grant, not at the call: a call
+        // that fails, as many do for a permit, would waste it.)
+        let stall = !auto && self.ctx.stalls.take();
         let mut hold = HoldNotes::new(&guard, start, granted, wait);
-        let result = self.modify(&guard, &mut hold, stall, steps);
+        let result = if let Guard::Read(_) = guard {
+            self.read_twice(&guard, &mut hold, stall, steps)
+        } else {
+            self.modify(&guard, &mut hold, stall, steps)
+        };
         hold.claim.note(guard.validity());
         hold.releasing = Instant::now();
         guard.release();
@@ -205,9 +376,10 @@ impl Worker<'_> {
         stall: bool,
         steps: u32,
     ) -> Result<(), BoxError> {
+        let fence = guard.fence();
         let mut read = Vec::new();
         for (resource, token) in guard.tokens() {
-            match self.fenced_read(&resource, token)? {
+            match self.fenced_read(fence, &resource, token)? {
                 Some(value) => read.push((resource, token, value)),
                 None => {
                     self.ctx.history.count(|c| c.writes_refused += 1);
@@ -229,10 +401,61 @@ impl Worker<'_> {
             thread::sleep(hold.key_life + Duration::from_millis(500));
         }
         for (resource, token, value) in read {
-            if !self.fenced_write(&resource, token, value)? {
+            if !self.fenced_write(fence, &resource, token, value)? {
                 self.ctx.history.count(|c| c.writes_refused += 1);
             }
         }
+        Ok(())
+    }
+
+    /// A reader's work: read the document, work as a writer does (steps,
+    /// a stall), check, read it again and record both values, each read
+    /// fenced. Between two accepted reads no write can have been accepted
+    /// unless it had the read's token.
+    fn read_twice(
+        &mut self,
+        guard: &Guard,
+        hold: &mut HoldNotes,
+        stall: bool,
+        steps: u32,
+    ) -> Result<(), BoxError> {
+        let Some((resource, token)) = guard.tokens().pop() else {
+            return Ok(());
+        };
+        let Some(first) = self.fenced_read(Fence::RwRead, &resource, token)? else {
+            self.ctx.history.count(|c| c.reads_refused += 1);
+            return Ok(());
+        };
+        self.pause(0, 150);
+        self.work_in_steps(guard, hold, steps);
+        hold.claim.note(guard.validity());
+        if guard.validity().is_zero() {
+            self.ctx.history.count(|c| c.lost_before_write += 1);
+            return Ok(());
+        }
+        if stall {
+            self.ctx.history.count(|c| c.stalls += 1);
+            thread::sleep(hold.key_life + Duration::from_millis(500));
+        }
+        let token = i64::try_from(token)?;
+        let (client, unfenced) = (self.id as i32, self.ctx.unfenced);
+        let mut tx = self.db.transaction()?;
+        if !fence_passes(&mut tx, unfenced, Fence::RwRead, &resource, token)? {
+            self.ctx.history.count(|c| c.reads_refused += 1);
+            return Ok(());
+        }
+        let second: i64 = tx
+            .query_one(
+                "SELECT value FROM counters WHERE resource = $1",
+                &[&resource],
+            )?
+            .get(0);
+        tx.execute(
+            "INSERT INTO reads (resource, token, client, first, second) \
+             VALUES ($1, $2, $3, $4, $5)",
+            &[&resource, &token, &client, &first, &second],
+        )?;
+        tx.commit()?;
         Ok(())
     }
 
@@ -270,14 +493,24 @@ impl Worker<'_> {
     }
 
     /// The fenced read: the fence first (refused: `None`), then the value,
-    /// in one transaction.
-    fn fenced_read(&mut self, resource: &str, token: u64) -> Result<Option<i64>, BoxError> {
+    /// in one transaction. A counter not there yet (a slot the run did not
+    /// expect) starts at 0.
+    fn fenced_read(
+        &mut self,
+        fence: Fence,
+        resource: &str,
+        token: u64,
+    ) -> Result<Option<i64>, BoxError> {
         let token = i64::try_from(token)?;
         let unfenced = self.ctx.unfenced;
         let mut tx = self.db.transaction()?;
-        if !fence_passes(&mut tx, unfenced, resource, token)? {
+        if !fence_passes(&mut tx, unfenced, fence, resource, token)? {
             return Ok(None);
         }
+        tx.execute(
+            "INSERT INTO counters (resource, value) VALUES ($1, 0) ON CONFLICT DO NOTHING",
+            &[&resource],
+        )?;
         let row = tx.query_one(
             "SELECT value FROM counters WHERE resource = $1",
             &[&resource],
@@ -287,12 +520,18 @@ impl Worker<'_> {
     }
 
     /// The fenced write of `read + 1`; `false` when the fence refused it.
-    fn fenced_write(&mut self, resource: &str, token: u64, read: i64) -> Result<bool, BoxError> {
+    fn fenced_write(
+        &mut self,
+        fence: Fence,
+        resource: &str,
+        token: u64,
+        read: i64,
+    ) -> Result<bool, BoxError> {
         let token = i64::try_from(token)?;
         let client = self.id as i32;
         let unfenced = self.ctx.unfenced;
         let mut tx = self.db.transaction()?;
-        if !fence_passes(&mut tx, unfenced, resource, token)? {
+        if !fence_passes(&mut tx, unfenced, fence, resource, token)? {
             return Ok(false);
         }
         tx.execute(
@@ -310,13 +549,13 @@ impl Worker<'_> {
     fn elections(&mut self) -> Result<(), BoxError> {
         let election = self.locks.election(ELECTION)?.lease(ELECTION_LEASE);
         while Instant::now() < self.ctx.until {
-            self.ctx.history.count(|c| c.ops += 1);
+            self.ctx.history.op(self.workload);
             let start = Instant::now();
             let leadership = match election.campaign_for(WAIT) {
                 Ok(l) => l,
                 Err(e) => {
                     let resource = format!("election:{ELECTION}");
-                    self.failed_call(&[&resource], start, WAIT, ELECTION_LEASE, &e);
+                    self.failed_call(&[resource], start, WAIT, ELECTION_LEASE, &e);
                     continue;
                 }
             };
@@ -339,6 +578,7 @@ impl Worker<'_> {
             self.push_hold(Hold {
                 client: self.id,
                 workload: Workload::Election,
+                mode: Mode::Exclusive,
                 tokens: vec![(format!("election:{ELECTION}"), term)],
                 start,
                 granted,
@@ -384,7 +624,7 @@ impl Worker<'_> {
                 return;
             }
             thread::sleep(fire.saturating_duration_since(Instant::now()));
-            self.ctx.history.count(|c| c.ops += 1);
+            self.ctx.history.op(self.workload);
             self.run_job(window);
         }
     }
@@ -397,7 +637,10 @@ impl Worker<'_> {
         let start = Instant::now();
         let guard = match self.locks.lock_with(RUN_JOB, options) {
             Ok(g) => Guard::One(g),
-            Err(e) => return self.failed_call(&[RUN_JOB], start, Duration::ZERO, RUN_HOLD, &e),
+            Err(e) => {
+                let resources = [RUN_JOB.to_string()];
+                return self.failed_call(&resources, start, Duration::ZERO, RUN_HOLD, &e);
+            }
         };
         let granted = Instant::now();
         let tokens = guard.tokens();
@@ -419,20 +662,25 @@ impl Worker<'_> {
 
     fn failed_call(
         &self,
-        resources: &[&str],
+        resources: &[String],
         start: Instant,
         wait: Duration,
         life: Duration,
         e: &Error,
     ) {
-        self.ctx.history.count_error(e);
+        let error = self.ctx.history.count_error(e);
+        if error == "other" {
+            eprintln!("client {} ({}): {e}", self.id, self.workload.name());
+        }
         self.ctx.history.calls.lock().push(Call {
             client: self.id,
-            resources: resources.iter().map(|r| r.to_string()).collect(),
+            workload: self.workload,
+            resources: resources.to_vec(),
             start,
             end: Instant::now(),
             wait,
             key_life: life,
+            error,
         });
     }
 
@@ -455,23 +703,27 @@ impl Worker<'_> {
     }
 }
 
-/// The recipe's first statement (`sql::ADVANCE_FENCE`): `false` when a
-/// higher token was stored, and the transaction must stop. The unfenced
-/// control run skips it.
+/// The recipe's first statement (`sql::ADVANCE_FENCE`, or the
+/// reader-writer lock's fence): `false` when a higher token was stored,
+/// and the transaction must stop. The unfenced control run skips it.
 fn fence_passes(
     tx: &mut postgres::Transaction<'_>,
     unfenced: bool,
+    fence: Fence,
     resource: &str,
     token: i64,
 ) -> Result<bool, BoxError> {
-    Ok(unfenced
-        || tx
-            .query_opt(sql::ADVANCE_FENCE, &[&resource, &token])?
-            .is_some())
+    let statement = match fence {
+        Fence::Lock => sql::ADVANCE_FENCE,
+        Fence::RwRead => RW_READ_FENCE,
+        Fence::RwWrite => RW_WRITE_FENCE,
+    };
+    Ok(unfenced || tx.query_opt(statement, &[&resource, &token])?.is_some())
 }
 
 /// A hold being recorded.
 struct HoldNotes {
+    mode: Mode,
     tokens: Vec<(String, u64)>,
     start: Instant,
     granted: Instant,
@@ -486,6 +738,7 @@ impl HoldNotes {
         let mut claim = Claim::new(granted);
         claim.note(guard.validity());
         HoldNotes {
+            mode: guard.mode(),
             tokens: guard.tokens(),
             start,
             granted,
@@ -500,6 +753,7 @@ impl HoldNotes {
         worker.push_hold(Hold {
             client: worker.id,
             workload: worker.workload,
+            mode: self.mode,
             tokens: self.tokens,
             start: self.start,
             granted: self.granted,

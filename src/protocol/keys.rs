@@ -150,6 +150,8 @@ pub(crate) struct Target {
     /// How errors name it: the resource, or `[a, b]` for a set.
     pub name: String,
     pub members: Vec<Member>,
+    /// The slot, for a semaphore's permit.
+    pub permit_slot: Option<u32>,
 }
 
 impl Target {
@@ -161,6 +163,7 @@ impl Target {
                 resource: resource.to_string(),
                 keys: Keys::new(prefix, resource),
             }],
+            permit_slot: None,
         })
     }
 
@@ -174,6 +177,7 @@ impl Target {
                 resource,
                 keys: Keys::permit(prefix, name, slot),
             }],
+            permit_slot: Some(slot),
         }
     }
 
@@ -191,6 +195,7 @@ impl Target {
                 resource: name.to_string(),
                 keys: Keys::rw(prefix, name, write, wait_until),
             }],
+            permit_slot: None,
         })
     }
 
@@ -233,6 +238,7 @@ impl Target {
         Ok(Target {
             name: format!("[{}]", resources.join(", ")),
             members,
+            permit_slot: None,
         })
     }
 
@@ -265,6 +271,7 @@ impl Target {
                     Target {
                         name: self.name.clone(),
                         members: vec![member.clone()],
+                        permit_slot: self.permit_slot,
                     },
                 )),
             }
