@@ -66,7 +66,10 @@ impl Step for Target {
     }
 
     fn channels(&self) -> Vec<String> {
-        self.members.iter().map(|m| m.keys.channel.clone()).collect()
+        self.members
+            .iter()
+            .map(|m| m.keys.channel.clone())
+            .collect()
     }
 
     fn attempt(&mut self, shared: &Shared, ttl: Duration) -> Result<Grant, acquire::Failure> {

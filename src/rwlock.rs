@@ -94,7 +94,10 @@ impl RwLock {
     /// `hold_at_least` is refused: it is for locks.
     pub fn read_with(&self, options: LockOptions) -> Result<ReadGuard, Error> {
         let lease = self.acquire(false, options)?;
-        let (shared, keep) = (Arc::clone(self.client.shared_arc()), self.client.keep_alive());
+        let (shared, keep) = (
+            Arc::clone(self.client.shared_arc()),
+            self.client.keep_alive(),
+        );
         Ok(ReadGuard::new(shared, lease, keep))
     }
 
@@ -123,7 +126,10 @@ impl RwLock {
     /// `hold_at_least` is refused: it is for locks.
     pub fn write_with(&self, options: LockOptions) -> Result<WriteGuard, Error> {
         let lease = self.acquire(true, options)?;
-        let (shared, keep) = (Arc::clone(self.client.shared_arc()), self.client.keep_alive());
+        let (shared, keep) = (
+            Arc::clone(self.client.shared_arc()),
+            self.client.keep_alive(),
+        );
         Ok(WriteGuard::new(shared, lease, keep))
     }
 
@@ -138,7 +144,12 @@ impl RwLock {
             })
         } else {
             let wait_until = write.then(|| Instant::now() + options.get_wait());
-            Target::rw(&self.client.shared().cfg.prefix, &self.name, write, wait_until)
+            Target::rw(
+                &self.client.shared().cfg.prefix,
+                &self.name,
+                write,
+                wait_until,
+            )
         };
         self.client.acquire_by(&self.name, target, options)
     }

@@ -176,7 +176,9 @@ impl PermitStep {
                 .into());
             }
             let granted = tally.yes.len();
-            return Err(Error::unavailable(&self.name, quorum.size(), granted, tally.failed).into());
+            return Err(
+                Error::unavailable(&self.name, quorum.size(), granted, tally.failed).into(),
+            );
         }
         let mut free_on = vec![0usize; self.permits as usize];
         for (_, slots) in &tally.yes {

@@ -2134,7 +2134,10 @@ fn status_reads_permits_and_readers_on_the_owning_shard_of_a_cluster_position() 
     .identity("sharded-reader")
     .build()
     .unwrap();
-    let read = locks.rw_lock("pool").try_read_for(Duration::from_secs(10)).expect("a read");
+    let read = locks
+        .rw_lock("pool")
+        .try_read_for(Duration::from_secs(10))
+        .expect("a read");
 
     let status = || {
         let out = output(redfence_at(&urls).args([

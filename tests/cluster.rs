@@ -933,7 +933,10 @@ fn semaphores_and_rw_locks_on_cluster_positions() {
     let config = a.rw_lock("config");
     let reading = config.read().unwrap();
     let also = b.rw_lock("config").try_read().unwrap();
-    assert!(matches!(b.rw_lock("config").try_write(), Err(Error::Contended { .. })));
+    assert!(matches!(
+        b.rw_lock("config").try_write(),
+        Err(Error::Contended { .. })
+    ));
     let highest = reading.token().max(also.token());
     drop((reading, also));
     let writing = b
@@ -941,6 +944,9 @@ fn semaphores_and_rw_locks_on_cluster_positions() {
         .try_write_for(Duration::from_secs(5))
         .unwrap();
     assert!(writing.token() > highest);
-    assert!(matches!(a.rw_lock("config").try_read(), Err(Error::Contended { .. })));
+    assert!(matches!(
+        a.rw_lock("config").try_read(),
+        Err(Error::Contended { .. })
+    ));
     writing.release().unwrap();
 }

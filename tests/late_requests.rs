@@ -471,7 +471,10 @@ fn late_acquires_of_permits_reads_and_writes_leave_no_orphan() {
         .map(|_| build(net.builder().instance_timeout(Duration::from_millis(100))))
         .collect();
     net.set(&[0, 1, 2], Fault::DelayOpen(Duration::from_secs(1)));
-    assert!(failing[0].semaphore("late-pool", 1).acquire_with(once).is_err());
+    assert!(failing[0]
+        .semaphore("late-pool", 1)
+        .acquire_with(once)
+        .is_err());
     assert!(failing[1].rw_lock("late-rw").read_with(once).is_err());
     assert!(failing[2].rw_lock("late-rw").write_with(once).is_err());
     let next = build(net.builder());
@@ -484,6 +487,14 @@ fn late_acquires_of_permits_reads_and_writes_leave_no_orphan() {
             .unwrap();
         assert_eq!(readers, redis::Value::Int(0), "{}", server.addr());
     }
-    next.semaphore("late-pool", 1).try_acquire().expect("free").release().unwrap();
-    next.rw_lock("late-rw").try_write().expect("free").release().unwrap();
+    next.semaphore("late-pool", 1)
+        .try_acquire()
+        .expect("free")
+        .release()
+        .unwrap();
+    next.rw_lock("late-rw")
+        .try_write()
+        .expect("free")
+        .release()
+        .unwrap();
 }

@@ -27,8 +27,14 @@ fn readers_share_and_a_writer_is_alone() {
     first.release().unwrap();
     second.release().unwrap();
     let writing = a.rw_lock("doc").try_write().unwrap();
-    assert!(matches!(b.rw_lock("doc").try_read(), Err(Error::Contended { .. })));
-    assert!(matches!(b.rw_lock("doc").try_write(), Err(Error::Contended { .. })));
+    assert!(matches!(
+        b.rw_lock("doc").try_read(),
+        Err(Error::Contended { .. })
+    ));
+    assert!(matches!(
+        b.rw_lock("doc").try_write(),
+        Err(Error::Contended { .. })
+    ));
     writing.release().unwrap();
     b.rw_lock("doc").try_read().unwrap().release().unwrap();
 }
@@ -56,11 +62,18 @@ fn new_readers_queue_behind_a_waiting_writer() {
     let reading = a.rw_lock("q").read().unwrap();
     let writer = {
         let lock = b.rw_lock("q");
-        thread::spawn(move || lock.try_write_for(Duration::from_secs(20)).map(|w| w.token()))
+        thread::spawn(move || {
+            lock.try_write_for(Duration::from_secs(20))
+                .map(|w| w.token())
+        })
     };
     // The writer's refused attempt recorded its wait on a quorum.
     assert!(common::eventually(Duration::from_secs(5), || {
-        cluster.iter().filter(|s| s.exists("redfence:rw:{q}:intent")).count() >= 2
+        cluster
+            .iter()
+            .filter(|s| s.exists("redfence:rw:{q}:intent"))
+            .count()
+            >= 2
     }));
     match c.rw_lock("q").try_read() {
         Err(Error::Contended { .. }) => {}
@@ -143,7 +156,10 @@ fn the_watchdog_keeps_a_read_alive() {
     let reading = a.rw_lock("kept").read_with(opts).unwrap();
     // Several TTLs later the read still holds, and keeps writers out.
     assert!(reading.wait_lost(Duration::from_millis(1500)).is_none());
-    assert!(matches!(b.rw_lock("kept").try_write(), Err(Error::Contended { .. })));
+    assert!(matches!(
+        b.rw_lock("kept").try_write(),
+        Err(Error::Contended { .. })
+    ));
     reading.extend(Duration::from_secs(5)).unwrap();
     reading.release().unwrap();
     b.rw_lock("kept").try_write().unwrap().release().unwrap();

@@ -44,7 +44,11 @@ fn tokens_increase_per_slot_across_clients() {
         let permit = clients[round % 2].semaphore("tokens", 1).acquire().unwrap();
         assert_eq!(permit.slot(), 0);
         if let Some(before) = last.insert(0, permit.token()) {
-            assert!(permit.token() > before, "{:?} after {before:?}", permit.token());
+            assert!(
+                permit.token() > before,
+                "{:?} after {before:?}",
+                permit.token()
+            );
         }
         permit.release().unwrap();
     }
@@ -68,9 +72,18 @@ fn exclusion_and_slot_tokens_under_contention() {
                     for _ in 0..15 {
                         let permit = sem.try_acquire_for(Duration::from_secs(20)).unwrap();
                         let slot = permit.slot() as usize;
-                        grants.lock().unwrap().entry(permit.slot()).or_default().push(permit.token());
+                        grants
+                            .lock()
+                            .unwrap()
+                            .entry(permit.slot())
+                            .or_default()
+                            .push(permit.token());
                         assert!(in_use.fetch_add(1, Ordering::SeqCst) < 2, "a third holder");
-                        assert_eq!(on_slot[slot].fetch_add(1, Ordering::SeqCst), 0, "two on slot {slot}");
+                        assert_eq!(
+                            on_slot[slot].fetch_add(1, Ordering::SeqCst),
+                            0,
+                            "two on slot {slot}"
+                        );
                         thread::sleep(Duration::from_millis(2));
                         on_slot[slot].fetch_sub(1, Ordering::SeqCst);
                         in_use.fetch_sub(1, Ordering::SeqCst);
@@ -84,7 +97,10 @@ fn exclusion_and_slot_tokens_under_contention() {
     let grants = grants.into_inner().unwrap();
     assert_eq!(grants.values().map(Vec::len).sum::<usize>(), 3 * 2 * 15);
     for (slot, tokens) in grants {
-        assert!(tokens.windows(2).all(|w| w[0] < w[1]), "slot {slot}: {tokens:?}");
+        assert!(
+            tokens.windows(2).all(|w| w[0] < w[1]),
+            "slot {slot}: {tokens:?}"
+        );
     }
 }
 
@@ -95,7 +111,10 @@ fn a_waiter_gets_the_permit_a_holder_releases() {
     let held = a.semaphore("one", 1).acquire().unwrap();
     let waiter = {
         let sem = b.semaphore("one", 1);
-        thread::spawn(move || sem.try_acquire_for(Duration::from_secs(20)).map(|p| p.token()))
+        thread::spawn(move || {
+            sem.try_acquire_for(Duration::from_secs(20))
+                .map(|p| p.token())
+        })
     };
     // The waiter is parked on the release channel before the release.
     assert!(common::eventually(Duration::from_secs(5), || {

@@ -210,9 +210,7 @@ impl Runner {
         while !timers.stopping {
             let due = timers.take_due(Instant::now());
             if due.is_empty() {
-                let until = timers
-                    .next_due()
-                    .unwrap_or_else(|| Instant::now() + IDLE);
+                let until = timers.next_due().unwrap_or_else(|| Instant::now() + IDLE);
                 core.changed.wait_until(&mut timers, until);
                 continue;
             }
@@ -222,4 +220,3 @@ impl Runner {
         }
     }
 }
-

@@ -89,7 +89,12 @@ impl Keys {
 
     /// The keys of reader-writer lock `name`, for a read or a write: the
     /// writer key stands where a lock's key does (`lua/rw_acquire.lua`).
-    pub fn rw(prefix: &str, name: &str, write: bool, wait_until: Option<std::time::Instant>) -> Self {
+    pub fn rw(
+        prefix: &str,
+        name: &str,
+        write: bool,
+        wait_until: Option<std::time::Instant>,
+    ) -> Self {
         let lock = format!("{prefix}rw:{{{name}}}:writer");
         Keys {
             slot: (!name.starts_with('}'))

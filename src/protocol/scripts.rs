@@ -31,8 +31,7 @@ static FENCE_RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_RAISE_
 static HOLDER: LazyLock<Script> = LazyLock::new(|| Script::new(HOLDER_SOURCE));
 static TERM: LazyLock<Script> = LazyLock::new(|| Script::new(TERM_SOURCE));
 static RELEASE_HOLD: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_HOLD_SOURCE));
-static SEMAPHORE_SLOTS: LazyLock<Script> =
-    LazyLock::new(|| Script::new(SEMAPHORE_SLOTS_SOURCE));
+static SEMAPHORE_SLOTS: LazyLock<Script> = LazyLock::new(|| Script::new(SEMAPHORE_SLOTS_SOURCE));
 static RW_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_ACQUIRE_SOURCE));
 static RW_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_RELEASE_SOURCE));
 static RW_EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(RW_EXTEND_SOURCE));
@@ -164,7 +163,9 @@ fn rw_acquire(
     let mode: &[u8] = if rw.write { b"w" } else { b"r" };
     // A refused writer marks its wait for the rest of it, at most a TTL.
     let mark = rw.wait_until.map_or(Duration::ZERO, |until| {
-        until.saturating_duration_since(std::time::Instant::now()).min(ttl)
+        until
+            .saturating_duration_since(std::time::Instant::now())
+            .min(ttl)
     });
     let mark_ms = mark.as_millis().to_string();
     packed(
@@ -194,7 +195,12 @@ fn release_cmd(target: &Target, value: &str, ttl: Duration, void_always: bool) -
         return eval(
             &RW_RELEASE,
             &[writer, &rw.readers, &rw.intent, &void],
-            &[value.as_bytes(), ttl_ms.as_bytes(), always, rw.call.as_bytes()],
+            &[
+                value.as_bytes(),
+                ttl_ms.as_bytes(),
+                always,
+                rw.call.as_bytes(),
+            ],
         );
     }
     let keys: Vec<&str> = target

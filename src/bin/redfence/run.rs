@@ -83,7 +83,10 @@ fn acquire(
         args.wait
     };
     if Instant::now().checked_add(wait).is_none() {
-        return Err(Failure::new(USAGE, format!("--wait {} is too long", show(wait))));
+        return Err(Failure::new(
+            USAGE,
+            format!("--wait {} is too long", show(wait)),
+        ));
     }
     let cancel = Cancel::new();
     let mut options = LockOptions::new().ttl(args.ttl).wait(wait).cancel(&cancel);
@@ -118,7 +121,8 @@ fn acquire(
         return Err(Failure::interrupted(signal, &signals::name(signal)));
     }
     result.map_err(|e| {
-        let mut failure = Failure::from_lock_error(&e, args.conflict_exit_code, args.lost_exit_code);
+        let mut failure =
+            Failure::from_lock_error(&e, args.conflict_exit_code, args.lost_exit_code);
         if let Some(message) = kind.conflict(&args.resource, &e) {
             failure.message = message;
         }
