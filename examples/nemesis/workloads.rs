@@ -387,18 +387,8 @@ impl Worker<'_> {
                 }
             }
         }
-        self.pause(0, 150);
-        self.work_in_steps(guard, hold, steps);
-        hold.claim.note(guard.validity());
-        if guard.validity().is_zero() {
-            self.ctx.history.count(|c| c.lost_before_write += 1);
+        if !self.work_then_check(guard, hold, stall, steps) {
             return Ok(());
-        }
-        if stall {
-            // Between the check and the write, as a GC pause would: past
-            // the lease and every extension's TTL.
-            self.ctx.history.count(|c| c.stalls += 1);
-            thread::sleep(hold.key_life + Duration::from_millis(500));
         }
         for (resource, token, value) in read {
             if !self.fenced_write(fence, &resource, token, value)? {
@@ -406,6 +396,32 @@ impl Worker<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The holder's work between its first reads and what follows: a
+    /// pause, the steps, a look at the validity (false once it ran out:
+    /// nothing more to do), then the stall if asked for, between the check
+    /// and the write as a GC pause would: past the lease and every
+    /// extension's TTL.
+    fn work_then_check(
+        &mut self,
+        guard: &Guard,
+        hold: &mut HoldNotes,
+        stall: bool,
+        steps: u32,
+    ) -> bool {
+        self.pause(0, 150);
+        self.work_in_steps(guard, hold, steps);
+        hold.claim.note(guard.validity());
+        if guard.validity().is_zero() {
+            self.ctx.history.count(|c| c.lost_before_write += 1);
+            return false;
+        }
+        if stall {
+            self.ctx.history.count(|c| c.stalls += 1);
+            thread::sleep(hold.key_life + Duration::from_millis(500));
+        }
+        true
     }
 
     /// A reader's work: read the document, work as a writer does (steps,
@@ -426,16 +442,8 @@ impl Worker<'_> {
             self.ctx.history.count(|c| c.reads_refused += 1);
             return Ok(());
         };
-        self.pause(0, 150);
-        self.work_in_steps(guard, hold, steps);
-        hold.claim.note(guard.validity());
-        if guard.validity().is_zero() {
-            self.ctx.history.count(|c| c.lost_before_write += 1);
+        if !self.work_then_check(guard, hold, stall, steps) {
             return Ok(());
-        }
-        if stall {
-            self.ctx.history.count(|c| c.stalls += 1);
-            thread::sleep(hold.key_life + Duration::from_millis(500));
         }
         let token = i64::try_from(token)?;
         let (client, unfenced) = (self.id as i32, self.ctx.unfenced);
