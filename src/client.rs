@@ -7,7 +7,7 @@ use redis::Value;
 
 use crate::error::{InstanceError, NO_ANSWER};
 use crate::guard::{KeepAlive, LockGuard, MultiGuard};
-use crate::lock::acquire::{self, Grant};
+use crate::lock::acquire::{self, Grant, Lifetime};
 use crate::lock::lease::Lease;
 use crate::lock::retry::Waiting;
 use crate::lock::shared::Shared;
@@ -55,7 +55,7 @@ pub(crate) trait Step {
     /// The channels whose release announcements may free it.
     fn channels(&self) -> Vec<String>;
     /// One attempt.
-    fn attempt(&mut self, shared: &Shared, ttl: Duration) -> Result<Grant, acquire::Failure>;
+    fn attempt(&mut self, shared: &Shared, life: Lifetime) -> Result<Grant, acquire::Failure>;
     /// What the last successful attempt took.
     fn into_target(self) -> Target;
 }
@@ -72,8 +72,8 @@ impl Step for Target {
             .collect()
     }
 
-    fn attempt(&mut self, shared: &Shared, ttl: Duration) -> Result<Grant, acquire::Failure> {
-        acquire::attempt(shared, self, ttl)
+    fn attempt(&mut self, shared: &Shared, life: Lifetime) -> Result<Grant, acquire::Failure> {
+        acquire::attempt(shared, self, life)
     }
 
     fn into_target(self) -> Target {
@@ -241,6 +241,9 @@ impl Redlock {
         let channels = step.channels();
         let channels = channels.iter().map(String::as_str).collect();
         let mut waiting = Waiting::new(shared, &self.inner.notifier, channels, deadline, cancel);
+        let life = Lifetime::of(options.get_ttl(), options.get_hold_at_least(), |d| {
+            shared.cfg.drift(d)
+        });
         let cancelled = |name: &str| Error::Cancelled {
             resource: name.to_string(),
         };
@@ -254,7 +257,7 @@ impl Redlock {
             *attempts += 1;
             waiting.before_attempt();
             let attempt_start = Instant::now();
-            let result = step.attempt(shared, options.get_ttl());
+            let result = step.attempt(shared, life);
             telemetry::attempt_finished(
                 *attempts,
                 attempt_start.elapsed(),
@@ -279,7 +282,8 @@ impl Redlock {
     }
 
     /// A grant becomes a lease the watchdog keeps; one granted while the
-    /// call was being cancelled is released at once.
+    /// call was being cancelled is undone at once, as a failed attempt is
+    /// (its hold, if any, too: nobody runs the work it protects).
     fn take_grant(
         &self,
         cancelled: bool,
@@ -289,7 +293,7 @@ impl Redlock {
     ) -> Result<Arc<Lease>, Error> {
         let lease = Arc::new(Lease::new(target, grant, options));
         if cancelled {
-            crate::lock::lease::send_release(self.shared(), &lease, false);
+            crate::lock::lease::undo(self.shared(), &lease);
             let resource = lease.target.name.clone();
             return Err(Error::Cancelled { resource });
         }

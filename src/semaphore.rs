@@ -18,7 +18,7 @@ use redis::Value;
 
 use crate::client::{Redlock, Step};
 use crate::guard::Permit;
-use crate::lock::acquire::{self, Failure, Grant};
+use crate::lock::acquire::{self, Failure, Grant, Lifetime};
 use crate::lock::shared::Shared;
 use crate::protocol::keys::{self, Keys, Target};
 use crate::protocol::scripts;
@@ -223,12 +223,12 @@ impl Step for PermitStep {
         vec![keys::semaphore_channel(&self.prefix, &self.name)]
     }
 
-    fn attempt(&mut self, shared: &Shared, ttl: Duration) -> Result<Grant, Failure> {
+    fn attempt(&mut self, shared: &Shared, life: Lifetime) -> Result<Grant, Failure> {
         let step = self;
         let mut holder = None;
         for slot in step.free_slots(shared)? {
             let target = Target::permit(&step.prefix, &step.name, slot);
-            match acquire::attempt(shared, &target, ttl) {
+            match acquire::attempt(shared, &target, life) {
                 Ok(grant) => {
                     step.taken = Some(slot);
                     return Ok(grant);

@@ -117,6 +117,49 @@ fn a_late_acquire_after_a_lost_counter_does_not_send_tokens_backwards() {
     assert_eq!(store.read("r").map(|(_, v)| v).as_deref(), Some("Z"));
 }
 
+/// A hold survives a release that never lands. A once-only job locks with
+/// a 500 ms TTL and a 4 s hold, finishes at once, and releases while every
+/// instance is black-holed for it: the release is lost (the holder might
+/// as well have crashed). Well past the TTL and until the hold's end, a
+/// rival is refused; after it, the lock frees by itself. (When only the
+/// release kept the keys to the hold's end, they expired at the TTL and
+/// the job ran again 500 ms in.)
+#[test]
+fn a_hold_survives_a_release_that_never_lands() {
+    let net = Proxied::start(3);
+    let holder = build(net.builder().instance_timeout(Duration::from_millis(100)));
+    let rival = build(Redlock::builder(net.cluster.urls()));
+    let (ttl, hold) = (Duration::from_millis(500), Duration::from_secs(4));
+    let options = LockOptions::new()
+        .ttl(ttl)
+        .hold_at_least(hold)
+        .wait(Duration::ZERO);
+    let guard = holder.lock_with("once", options).expect("locks");
+    let granted = std::time::Instant::now();
+    net.set(&[0, 1, 2], Fault::BlackHole);
+    assert!(guard.release().is_err(), "the release cannot be confirmed");
+    let mut refused_past_ttl = 0;
+    while granted.elapsed() < hold - Duration::from_millis(300) {
+        match rival.try_lock("once") {
+            Err(Error::Contended { .. }) => {
+                refused_past_ttl += usize::from(granted.elapsed() > ttl * 2)
+            }
+            other => panic!(
+                "granted {:?} into a {hold:?} hold: {other:?}",
+                granted.elapsed()
+            ),
+        }
+        // The pace of the rival's tries, not a wait for a condition.
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(refused_past_ttl > 10, "too few tries past the TTL");
+    assert!(
+        eventually(Duration::from_secs(4), || rival.try_lock("once").is_ok()),
+        "the lock never freed after the hold"
+    );
+    net.pass_all();
+}
+
 /// A hold is never cut short by an extension that lands late. A guard with
 /// a 2 s TTL and a 10 s hold asks for an extension with its own TTL (on
 /// Valkey 8.1+ and Redis 8.4+ the form that could be sent natively, `SET …

@@ -43,6 +43,37 @@ pub(crate) struct Grant {
     /// One per member, in the target's order.
     pub tokens: Vec<FencingToken>,
     pub valid_until: Instant,
+    /// How long the keys were set to live where the acquire landed.
+    pub keys_ttl: Duration,
+}
+
+/// How long one attempt asks the keys to live: the lease's TTL, which is
+/// what the holder believes (its validity), and how long the keys live on
+/// an instance from the grant, longer with a hold
+/// ([`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least)).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Lifetime {
+    pub ttl: Duration,
+    pub keys: Duration,
+}
+
+impl Lifetime {
+    /// A hold is kept by the keys themselves, from the grant on: they live
+    /// the TTL, plus the hold, plus the drift allowance over the hold. The
+    /// grant returns within the TTL of the attempt's start (or fails for
+    /// validity), and the keys were set after that start, so they outlive
+    /// `hold` after the guard was returned, whether the holder's release
+    /// lands or not (a crash, a lost or late release: `tests/model_lease.rs`).
+    /// The release before the hold's end brings them down to the hold's
+    /// end (`lua/release_hold.lua`), never below.
+    pub fn of(ttl: Duration, hold: Duration, drift: impl Fn(Duration) -> Duration) -> Self {
+        let keys = if hold.is_zero() {
+            ttl
+        } else {
+            ttl.saturating_add(hold).saturating_add(drift(hold))
+        };
+        Lifetime { ttl, keys }
+    }
 }
 
 /// A failed attempt, with what the retry loop needs to know.
@@ -61,8 +92,8 @@ impl From<Error> for Failure {
 /// One attempt to acquire `target`: a vote of every instance, the choice
 /// of each member's token, a raise round where the answers disagree, and
 /// the validity check; anything short of a grant is undone.
-pub(crate) fn attempt(shared: &Shared, target: &Target, ttl: Duration) -> Result<Grant, Failure> {
-    let attempt = Attempt::new(shared, target, ttl);
+pub(crate) fn attempt(shared: &Shared, target: &Target, life: Lifetime) -> Result<Grant, Failure> {
+    let attempt = Attempt::new(shared, target, life);
     let tally = attempt.vote();
     if !attempt.quorum.reached(tally.yes.len()) {
         attempt.release(|i| tally.refused(i));
@@ -80,6 +111,8 @@ struct Attempt<'a> {
     shared: &'a Shared,
     target: &'a Target,
     ttl: Duration,
+    /// How long the keys live where the acquire lands (see [`Lifetime`]).
+    keys_ttl: Duration,
     /// This attempt's lock value: the secret, then the identity.
     value: String,
     quorum: Quorum,
@@ -90,11 +123,12 @@ struct Attempt<'a> {
 type AcquireTally = Tally<Vec<u64>, Option<String>>;
 
 impl<'a> Attempt<'a> {
-    fn new(shared: &'a Shared, target: &'a Target, ttl: Duration) -> Self {
+    fn new(shared: &'a Shared, target: &'a Target, life: Lifetime) -> Self {
         Attempt {
             shared,
             target,
-            ttl,
+            ttl: life.ttl,
+            keys_ttl: life.keys,
             value: crate::protocol::value::lock_value(&shared.cfg.identity),
             quorum: shared.instances.quorum(),
             start: Instant::now(),
@@ -106,7 +140,11 @@ impl<'a> Attempt<'a> {
     fn vote(&self) -> AcquireTally {
         let (cfg, value, ttl) = (&self.shared.cfg, &self.value, self.ttl);
         let proposal = self.shared.instances.clock_proposal();
-        let pack = |t: &Target| (scripts::acquire(t, value, ttl, cfg.fence_idle, proposal), 1);
+        let keys_ttl = self.keys_ttl;
+        let pack = |t: &Target| {
+            let acquire = scripts::acquire(t, value, keys_ttl, cfg.fence_idle, proposal);
+            (acquire, 1)
+        };
         let combine = |subs: &[Target]| Combine::Acquire {
             undo: subs
                 .iter()
@@ -225,6 +263,7 @@ impl<'a> Attempt<'a> {
                 value: self.value,
                 tokens,
                 valid_until,
+                keys_ttl: self.keys_ttl,
             }),
             _ => {
                 self.release(|_| false);

@@ -47,6 +47,8 @@ pub(crate) struct Lease {
     /// A release before this keeps the keys until then
     /// ([`LockOptions::hold_at_least`]); `None` without a hold.
     pub hold_until: Option<Instant>,
+    /// How long the keys were set to live by the acquire (`Lifetime`).
+    keys_ttl: Duration,
     /// The election this lease is the leadership of, if any: its loss is
     /// then a loss of leadership too (telemetry).
     pub election: std::sync::OnceLock<String>,
@@ -86,6 +88,7 @@ impl Lease {
             auto_extend: options.get_auto_extend(),
             acquired_at: now,
             native_ttl: options.get_ttl(),
+            keys_ttl: grant.keys_ttl,
             hold_until: Some(options.get_hold_at_least())
                 .filter(|hold| !hold.is_zero())
                 .and_then(|hold| now.checked_add(hold)),
@@ -289,14 +292,42 @@ pub(crate) fn send_release(
     st.released = true;
     st.listeners.clear();
     lease.changed.notify_all();
-    // Worth delivering until the key would have expired anyway.
-    let deadline = Instant::now() + st.ttl;
+    // Worth delivering until the key would have expired anyway: a TTL
+    // from now, or from the hold's end (the keys outlive it by a TTL).
+    let deadline = Instant::now().max(lease.hold_until.unwrap_or(lease.acquired_at)) + st.ttl;
     let round = wait.then(|| Round::new_for(&shared.instances, yes_no));
     let sink = round.clone().map(|r| -> Sink { r });
     shared
         .instances
         .deliver(&out, deadline, sink.as_ref(), |_| true);
     round
+}
+
+/// Undoes a grant nobody will use (its call was cancelled while the
+/// attempt was under way) exactly as a failed attempt is undone: a
+/// compare-and-delete that also voids the attempt on every instance, hold
+/// or no hold, since nobody runs the work a hold protects. Announced, so
+/// that waiters refused by it try again at once.
+pub(crate) fn undo(shared: &Shared, lease: &Lease) {
+    let mut st = lease.state.lock();
+    if st.released {
+        return;
+    }
+    st.released = true;
+    st.listeners.clear();
+    lease.changed.notify_all();
+    let ttl = st.ttl;
+    drop(st);
+    let pack = |target: &Target, sharded: bool| {
+        scripts::undo_and_announce(target, &lease.value, ttl, sharded)
+    };
+    let part = |t: &Target| pack(t, true);
+    let on_cluster = || pack(&lease.target, true);
+    let out =
+        Outgoing::about(&lease.target, pack(&lease.target, false), &part).on_cluster(&on_cluster);
+    // The keys live at most this long (`Lifetime`): no use after.
+    let until = lease.acquired_at + lease.keys_ttl;
+    shared.instances.deliver(&out, until, None, |_| true);
 }
 
 /// Releases and reports whether a quorum confirmed it.

@@ -271,6 +271,25 @@ pub(crate) fn release_and_announce(
     (pipe.get_packed_pipeline().into(), 1 + target.members.len())
 }
 
+/// The undo of a grant whose call was cancelled: a failed attempt's
+/// clean-up ([`release`]: compare-and-delete, the attempt voided
+/// everywhere), then the announcement that wakes waiters it refused.
+pub(crate) fn undo_and_announce(
+    target: &Target,
+    value: &str,
+    ttl: Duration,
+    sharded: bool,
+) -> (Arc<[u8]>, usize) {
+    let mut pipe = redis::pipe();
+    pipe.add_command(release_cmd(target, value, ttl, true));
+    for member in &target.members {
+        pipe.cmd(announce_command(sharded))
+            .arg(&member.keys.channel)
+            .arg("1");
+    }
+    (pipe.get_packed_pipeline().into(), 1 + target.members.len())
+}
+
 /// `lua/extend.lua` on a lease's lock keys: each key's expiry moved to
 /// `ttl` from now, never earlier, where it still holds `value`.
 pub(crate) fn extend(target: &Target, value: &str, ttl: Duration) -> Arc<[u8]> {
