@@ -329,11 +329,22 @@ m cancel-ignored-in-pause src/lock/retry.rs "waiting" \
   'let _ = stop.recv_timeout(pause);' \
   'let _ = stop; std::thread::sleep(pause);'
 
+# An operator's unlock deletes whatever it finds: a late copy takes a
+# later holder's key.
+m force-release-any-value lua/force_release.lua "late_requests holder" \
+  "if value and redis.sha1hex(value) == ARGV[1] then" \
+  "if value then"
+
+# A hold rests on its release alone: a lost release cuts it short.
+m hold-rests-on-release src/lock/acquire.rs "late_requests holder" \
+  'let keys = if hold.is_zero() {' \
+  'let keys = if true {'
+
 m cancelled-grant-kept src/client.rs "waiting" \
   'if cancelled {
-            crate::lock::lease::send_release(self.shared(), &lease, false);' \
+            crate::lock::lease::undo(self.shared(), &lease);' \
   'if cancelled && false {
-            crate::lock::lease::send_release(self.shared(), &lease, false);'
+            crate::lock::lease::undo(self.shared(), &lease);'
 
 # --- Rust: the native commands (src/protocol/native.rs), on Valkey 9.1 ----------------
 

@@ -320,19 +320,27 @@ impl Redlock {
         crate::holder::read(self.shared(), resource, &target.members[0].keys)
     }
 
-    /// Deletes the lock of `resource` on every instance, whoever holds it,
-    /// and wakes its waiters: for an operator, after a holder crashed with
-    /// a long TTL or a hold ([`LockOptions::hold_at_least`]) must end early.
+    /// Revokes the holder of `resource` and wakes its waiters: for an
+    /// operator, after a holder crashed with a long TTL or a hold
+    /// ([`LockOptions::hold_at_least`]) must end early. Reads the holder as
+    /// [`holder`](Self::holder) does, then deletes that holder's lock value
+    /// on every instance where it is still there, and nothing else: a
+    /// delete held up on its way that lands after a new holder took the
+    /// lock finds another value and leaves it (`tests/model_grants.rs`).
     /// The fence counters stay, so the next grant's token is higher than
-    /// every earlier one and a fenced store still refuses the old holder's
-    /// late writes. Returns who held it, as [`holder`](Self::holder) read
-    /// it just before, once a quorum of instances confirmed the delete;
-    /// fails with [`Error::Unavailable`] when fewer than a quorum did (the
-    /// instances that answered no longer hold it).
+    /// the revoked holder's and a fenced store refuses its late writes.
+    ///
+    /// Returns the holder it revoked once a quorum of instances confirmed
+    /// the delete; `Ok(None)`, having deleted nothing, when no value is held
+    /// on a quorum (free, expiring, or being taken). Fails with
+    /// [`Error::Unavailable`] when fewer than a quorum answered the reading
+    /// (nothing was deleted) or the delete.
     ///
     /// Not for a holder that is still working: it believes it holds the
     /// lock until its next extension fails, so two holders may run at
-    /// once, and only fencing protects the storage then.
+    /// once, and only fencing protects the storage then. A call being
+    /// granted at the very moment of the reading is such a holder, and is
+    /// revoked with it.
     ///
     /// ```no_run
     /// # let locks = redfence::Redlock::new(["redis://127.0.0.1:7001"])?;

@@ -47,6 +47,9 @@ pub struct Holder {
     /// The term an election's leader recorded for this holding, as the
     /// highest among those instances (see `lua/term.lua`).
     pub(crate) counter: Option<u64>,
+    /// The SHA1 of the lock value held (`lua/holder.lua`): what a forced
+    /// release deletes, and nothing else.
+    pub(crate) tag: Vec<u8>,
 }
 
 /// One instance's answer to `lua/holder.lua`.
@@ -120,21 +123,21 @@ pub(crate) fn read(shared: &Shared, name: &str, keys: &Keys) -> Result<Option<Ho
     Ok(agreed_holder(&tally.yes, quorum, start.elapsed()))
 }
 
-/// Reads the holder, then deletes the lock on every instance whoever holds
-/// it (see [`Redlock::force_release`](crate::Redlock::force_release)).
+/// Reads the holder, then deletes its lock value on every instance where
+/// that value is still there (see
+/// [`Redlock::force_release`](crate::Redlock::force_release)). Nothing is
+/// sent when no value is held on a quorum, or when the reading failed: a
+/// delete of a value the call did not read could land late and take a
+/// later holder's key (`tests/model_grants.rs`).
 pub(crate) fn force_release(
     shared: &Shared,
     name: &str,
     keys: &Keys,
 ) -> Result<Option<Holder>, Error> {
-    // Who held it is told when known. A key of another type under the
-    // lock's name is someone else's data: left alone.
-    let held = match read(shared, name, keys) {
-        Ok(held) => held,
-        Err(e @ Error::WrongType { .. }) => return Err(e),
-        Err(_) => None,
+    let Some(held) = read(shared, name, keys)? else {
+        return Ok(None);
     };
-    let pack = |sharded| scripts::force_release(keys, sharded);
+    let pack = |sharded| scripts::force_release(keys, &held.tag, sharded);
     let on_cluster = || pack(true);
     let out = Outgoing::to_slot(keys.slot, pack(false)).on_cluster(&on_cluster);
     let deadline = shared.round_deadline();
@@ -152,18 +155,18 @@ pub(crate) fn force_release(
             tally.failed,
         ));
     }
-    Ok(held)
+    Ok(Some(held))
 }
 
-/// A forced release's `DEL` (then its announcement): done whether the key
-/// was there or not.
+/// A forced release's delete (then its announcement): done whether the
+/// value was there or not; either way the instance no longer holds it.
 fn deleted(values: &[Value]) -> Vote<(), ()> {
     if let Some(vote) = error_reply(values) {
         return vote;
     }
     match values.first() {
         Some(Value::Int(_)) => Vote::Yes(()),
-        _ => unexpected("DEL", values),
+        _ => unexpected("force_release", values),
     }
 }
 
@@ -192,9 +195,9 @@ fn agreed_holder(
                 .push((*index, *pttl, *counter));
         }
     }
-    let (identity, mut held) = by_value
-        .into_values()
-        .find(|(_, h)| quorum.reached(h.len()))?;
+    let (tag, (identity, mut held)) = by_value
+        .into_iter()
+        .find(|(_, (_, h))| quorum.reached(h.len()))?;
     held.sort_by_key(|(index, _, _)| *index);
     let mut ttls: Vec<Duration> = held
         .iter()
@@ -209,5 +212,6 @@ fn agreed_holder(
         ttl,
         instances: held.into_iter().map(|(index, _, _)| index).collect(),
         counter,
+        tag: tag.to_vec(),
     })
 }

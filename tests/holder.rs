@@ -319,11 +319,11 @@ fn two_holders_of_one_instance_each_name_nobody() {
         .exists(&lock_key("split"))));
 }
 
-/// An operator's unlock: the lock goes on every instance whoever holds it,
+/// An operator's unlock: the holder's lock goes on every instance,
 /// its waiters are woken at once, the fence counter stays (the next token
 /// is higher), and the old holder finds out at its next extension.
 #[test]
-fn force_release_deletes_the_lock_whoever_holds_it_and_keeps_the_counter() {
+fn force_release_revokes_the_holder_and_keeps_the_counter() {
     let cluster = RedisServers::start(3);
     let holder = builder(&cluster).identity("crashed-job").build().unwrap();
     let operator = builder(&cluster).identity("operator").build().unwrap();
@@ -359,8 +359,9 @@ fn force_release_deletes_the_lock_whoever_holds_it_and_keeps_the_counter() {
     ));
 }
 
-/// An unlock needs a quorum; a key of another type under the lock's name
-/// is someone else's data and is left alone.
+/// An unlock needs a quorum: without one answering the reading it knows no
+/// holder, and deletes nothing. A key of another type under the lock's
+/// name is someone else's data and is left alone.
 #[test]
 fn force_release_needs_a_quorum_and_leaves_foreign_keys_alone() {
     let net = Proxied::start(3);
@@ -374,8 +375,8 @@ fn force_release_needs_a_quorum_and_leaves_foreign_keys_alone() {
     net.pass_all();
     assert_eq!(
         holders(&net.cluster, "report"),
-        2,
-        "only the reachable one lost it"
+        3,
+        "an unlock that read no holder deletes nothing"
     );
 
     let cluster = RedisServers::start(3);

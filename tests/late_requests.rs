@@ -541,3 +541,79 @@ fn late_acquires_of_permits_reads_and_writes_leave_no_orphan() {
         .release()
         .unwrap();
 }
+
+/// A client over proxies of its own in front of the servers, each proxy
+/// with `faults[i]`: what that client's links look like.
+fn linked(
+    net: &Proxied,
+    faults: [Fault; 3],
+    timeout: Duration,
+) -> (Redlock, Vec<redfence::testing::FaultProxy>) {
+    let proxies: Vec<_> = net
+        .cluster
+        .iter()
+        .zip(faults)
+        .map(|(server, fault)| {
+            let proxy = redfence::testing::FaultProxy::start(server.addr()).expect("proxy starts");
+            proxy.set_fault(fault);
+            proxy
+        })
+        .collect();
+    let urls: Vec<String> = proxies.iter().map(|p| p.url()).collect();
+    let locks = Redlock::builder(urls)
+        .instance_timeout(timeout)
+        .build()
+        .expect("client builds");
+    (locks, proxies)
+}
+
+/// An operator's unlock whose delete to one instance is held up must not
+/// land on a later holder's key. Holder O takes `job` on A and B (C out of
+/// its reach) and crashes. The operator's unlock reaches A and B at once;
+/// its link to C takes 1.5 s each way. H2 locks on B and C (A out of its
+/// reach) while the delete is on its way to C, where it then lands. A
+/// third client must still be refused: H2 holds B and C. (When the unlock
+/// sent a plain `DEL`, it deleted H2's key on C and the third client was
+/// granted on A and C while H2's guard had most of its minute left.)
+#[test]
+fn a_late_unlock_does_not_delete_a_later_holders_key() {
+    let net = Proxied::start(3);
+    let (a, c) = (0, 2);
+    let short = Duration::from_millis(300);
+    let minute = LockOptions::new()
+        .ttl(Duration::from_secs(60))
+        .auto_extend(false)
+        .wait(Duration::from_secs(5));
+    let (o, _o_links) = linked(&net, [Fault::Pass, Fault::Pass, Fault::BlackHole], short);
+    std::mem::forget(o.lock_with("job", minute).expect("O locks on A and B"));
+
+    let slow = Fault::Delay(Duration::from_millis(1500));
+    let (operator, operator_links) = linked(&net, [Fault::Pass; 3], HELD * 3);
+    warm(&operator);
+    operator_links[c].set_fault(slow);
+    let unlock = std::thread::spawn(move || operator.force_release("job"));
+    // The delete has reached A: it is on its way to C.
+    assert!(
+        eventually(HELD * 3, || lock_values(&net.cluster, "job")[a].is_none()),
+        "the unlock never reached A"
+    );
+    let (h2, _h2_links) = linked(&net, [Fault::BlackHole, Fault::Pass, Fault::Pass], short);
+    let h2_guard = h2.lock_with("job", minute).expect("H2 locks on B and C");
+    let revoked = unlock.join().expect("the unlock returns");
+    assert!(
+        revoked.expect("a quorum confirms").is_some(),
+        "the unlock names O"
+    );
+    assert!(
+        lock_values(&net.cluster, "job")[c].is_some(),
+        "the late delete took H2's key on C"
+    );
+    let h3 = build(Redlock::builder(net.cluster.urls()));
+    match h3.try_lock("job") {
+        Err(Error::Contended { .. }) => {}
+        other => panic!(
+            "granted while H2 holds ({:?} left): {other:?}",
+            h2_guard.validity()
+        ),
+    }
+}

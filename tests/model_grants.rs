@@ -122,6 +122,24 @@ enum Rules {
     ShortVoid,
 }
 
+/// An operator's forced release (`Redlock::force_release`, `redfence
+/// unlock`) of one resource: it reads the lock on every instance, then
+/// sends each instance a delete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unlock {
+    /// The design (`lua/force_release.lua`): the delete removes the key
+    /// only while it holds the value a quorum held at the reading (the
+    /// holder the call reports, which it revokes); with no such holder,
+    /// nothing is sent.
+    Seen,
+    /// The previous design: a plain `DEL`, whoever holds the key when it
+    /// lands.
+    Any,
+}
+
+/// A delete of `Unlock::Any`: no value to compare.
+const ANY: u8 = u8::MAX;
+
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
 enum Answer {
     Granted([u8; RESOURCES]),
@@ -179,6 +197,14 @@ struct GrantState {
     /// The highest token handed out per resource.
     last: [u8; RESOURCES],
     backwards: bool,
+    /// The operator's unlock was sent.
+    unlocked: bool,
+    /// Its deletes on their way: (instance, resource, attempt or `ANY`).
+    deletes: Vec<(u8, u8, u8)>,
+    /// Per resource, the attempts (bits) the unlock revoked: the holder
+    /// it read and reported. They may go on believing they hold it (they
+    /// are not told), so exclusion is judged among the others.
+    revoked: [u8; RESOURCES],
     // Coverage: what the search must reach for the run to mean anything.
     set_raised: bool,
     resend_granted: bool,
@@ -201,6 +227,10 @@ enum GrantAction {
     GiveUp(usize),
     Release(usize),
     LandUndo(usize, usize),
+    /// The operator unlocks this resource.
+    Unlock(usize),
+    /// The unlock's delete on its way at this position lands.
+    LandDelete(usize),
     Tick,
 }
 
@@ -213,6 +243,10 @@ struct GrantModel {
     quiet: bool,
     /// The one property a counterexample search looks for, or `None`.
     focus: Option<&'static str>,
+    /// Whether an operator's unlock of the first resource may come, and
+    /// how it deletes. Its searches start attempts on that resource alone
+    /// (an unlock is of one resource; sets change nothing about it).
+    unlock: Option<Unlock>,
 }
 
 fn first_member(mask: u8) -> usize {
@@ -232,6 +266,7 @@ impl GrantModel {
             max_tick,
             quiet: false,
             focus: None,
+            unlock: None,
         }
     }
 
@@ -322,6 +357,39 @@ impl GrantModel {
         }
     }
 
+    /// The unlock of resource `m`: reads every instance, revokes the
+    /// attempt a quorum holds it for (if any), and sends the deletes.
+    fn unlock(&self, s: &mut GrantState, m: usize) {
+        s.unlocked = true;
+        let holder = (0..s.attempts.len() as u8).find(|&a| {
+            let holding = s
+                .inst
+                .iter()
+                .filter(|x| x.locks[m].is_some_and(|(h, _)| h == a));
+            holding.count() >= QUORUM
+        });
+        if let Some(a) = holder {
+            s.revoked[m] |= 1 << a;
+        }
+        let value = match (self.unlock, holder) {
+            (Some(Unlock::Seen), Some(a)) => a,
+            (Some(Unlock::Seen), None) | (None, _) => return,
+            (Some(Unlock::Any), _) => ANY,
+        };
+        s.deletes.extend((0..N as u8).map(|i| (i, m as u8, value)));
+        s.deletes.sort_unstable();
+    }
+
+    /// One delete of the unlock lands: `lua/force_release.lua` (the key
+    /// goes only while it holds the value read), or a plain `DEL`.
+    fn land_delete(s: &mut GrantState, k: usize) {
+        let (i, m, value) = s.deletes.remove(k);
+        let lock = &mut s.inst[usize::from(i)].locks[usize::from(m)];
+        if value == ANY || lock.is_some_and(|(holder, _)| holder == value) {
+            *lock = None;
+        }
+    }
+
     /// The tokens from a quorum of grants, and whether a quorum already
     /// holds each of them.
     fn choose(att: &Attempt) -> ([u8; RESOURCES], bool) {
@@ -372,7 +440,11 @@ impl GrantModel {
         for m in model_support::members(att.members, RESOURCES) {
             let token = att.tokens[m];
             let holding = s.inst.iter().filter(|x| x.counters[m] >= token).count();
-            s.backwards |= token <= s.last[m] || holding < QUORUM;
+            // A holder the unlock revoked while its grant was on its way
+            // back may be handed its token after the next holder's: below
+            // it, so a fenced store refuses it from then on.
+            let revoked = s.revoked[m] & 1 << a != 0;
+            s.backwards |= (!revoked && token <= s.last[m]) || holding < QUORUM;
             s.last[m] = s.last[m].max(token);
         }
     }
@@ -410,6 +482,9 @@ impl Model for GrantModel {
             attempts: Vec::new(),
             last: [0; RESOURCES],
             backwards: false,
+            unlocked: false,
+            deletes: Vec::new(),
+            revoked: [0; RESOURCES],
             set_raised: false,
             resend_granted: false,
         }]
@@ -417,13 +492,23 @@ impl Model for GrantModel {
 
     fn actions(&self, s: &GrantState, actions: &mut Vec<GrantAction>) {
         if s.attempts.len() < self.attempts {
-            for members in 1..1u8 << RESOURCES {
+            // The first resource alone, or any set of them.
+            let last = if self.unlock.is_some() {
+                1
+            } else {
+                (1u8 << RESOURCES) - 1
+            };
+            for members in 1..=last {
                 actions.push(GrantAction::Start { members });
             }
         }
         for (a, att) in s.attempts.iter().enumerate() {
             self.attempt_actions(s, a, att, actions);
         }
+        if self.unlock.is_some() && !s.unlocked {
+            actions.push(GrantAction::Unlock(0));
+        }
+        actions.extend((0..s.deletes.len()).map(GrantAction::LandDelete));
         if s.tick < self.max_tick && !self.quiet {
             actions.push(GrantAction::Tick);
         }
@@ -480,6 +565,8 @@ impl Model for GrantModel {
                 s.attempts[a].links[i].undo_pending = false;
                 Self::undo(&mut s, a, i);
             }
+            GrantAction::Unlock(m) => self.unlock(&mut s, m),
+            GrantAction::LandDelete(k) => Self::land_delete(&mut s, k),
             GrantAction::Tick => self.tick(&mut s),
         }
         Some(s)
@@ -490,9 +577,11 @@ impl Model for GrantModel {
             Property::<Self>::always(TOKENS, |_, s| !s.backwards),
             Property::<Self>::always(EXCLUSION, |_, s| {
                 (0..RESOURCES).all(|m| {
+                    let revoked = |a: usize| s.revoked[m] & 1 << a != 0;
                     s.attempts
                         .iter()
-                        .filter(|a| a.members & 1 << m != 0 && believes(s, a))
+                        .enumerate()
+                        .filter(|(k, a)| a.members & 1 << m != 0 && believes(s, a) && !revoked(*k))
                         .count()
                         <= 1
                 })
@@ -604,7 +693,13 @@ fn no_orphan_beyond_a_ttl(s: &GrantState) -> bool {
 fn representative(s: &GrantState) -> GrantState {
     let key = |i: usize| {
         let links: Vec<Link> = s.attempts.iter().map(|a| a.links[i]).collect();
-        (s.inst[i], links)
+        let deletes: Vec<(u8, u8)> = s
+            .deletes
+            .iter()
+            .filter(|d| usize::from(d.0) == i)
+            .map(|d| (d.1, d.2))
+            .collect();
+        (s.inst[i], links, deletes)
     };
     let mut order: Vec<usize> = (0..N).collect();
     order.sort_by_key(|&i| key(i));
@@ -615,6 +710,11 @@ fn representative(s: &GrantState) -> GrantState {
             ra.links[new] = sa.links[old];
         }
     }
+    for d in &mut r.deletes {
+        let new = order.iter().position(|&old| old == usize::from(d.0));
+        d.0 = new.map_or(d.0, |p| p as u8);
+    }
+    r.deletes.sort_unstable();
     r
 }
 
@@ -773,3 +873,38 @@ fn a_void_key_shorter_than_the_ttl_lets_a_late_acquire_leave_a_lock() {
 /// about 15 s on two cores (at most 30 s, on a loaded machine).
 const SEED: u64 = 30;
 const SIMULATED_STATES: usize = 3_000_000;
+
+/// An operator's unlock, its deletes landing late, out of order, or never,
+/// among two attempts at once (every request late or lost) and with one
+/// attempt as time passes: it revokes only the holder it read, and no two
+/// other attempts ever believe they hold a resource at once.
+#[test]
+fn an_unlock_deletes_only_the_value_it_read() {
+    let quiet = GrantModel {
+        quiet: true,
+        unlock: Some(Unlock::Seen),
+        ..GrantModel::new(Rules::Design, 2, 0)
+    };
+    exhaustively("two attempts and an unlock", quiet);
+    let timed = GrantModel {
+        unlock: Some(Unlock::Seen),
+        ..GrantModel::new(Rules::Design, 1, 3)
+    };
+    exhaustively("one attempt and an unlock, time passing", timed);
+}
+
+/// The previous unlock, a plain `DEL`: held up on its way to one instance,
+/// it lands after a new holder took that instance, deletes its key, and a
+/// third attempt is granted while the new holder still believes it holds.
+#[test]
+fn an_unconditioned_unlock_landing_late_breaks_exclusion() {
+    let model = GrantModel {
+        quiet: true,
+        unlock: Some(Unlock::Any),
+        ..GrantModel::new(Rules::Design, 2, 0)
+    };
+    let actions = counterexample("plain DEL unlock", model, EXCLUSION);
+    assert!(actions
+        .iter()
+        .any(|a| matches!(a, GrantAction::LandDelete(_))));
+}

@@ -60,6 +60,11 @@ pub const RUN_WINDOW: Duration = Duration::from_secs(2);
 pub const RUN_HOLD: Duration = Duration::from_millis(1500);
 pub const RUN_TTL: Duration = Duration::from_millis(500);
 pub const RUN_JITTER: Duration = Duration::from_millis(1000);
+/// How long the once-only job's keys live from its acquire, as the library
+/// sets them: the TTL, the hold, and the drift allowance over the hold (the
+/// default 1 % and 2 ms). A lost release leaves them that long.
+pub const RUN_KEY_LIFE: Duration =
+    Duration::from_millis((RUN_TTL.as_millis() + RUN_HOLD.as_millis() * 101 / 100 + 2) as u64);
 /// The semaphore of the `semaphore` workload and its count: fewer than
 /// its callers (`THREADS` per client), so that they queue for permits.
 pub const SEMAPHORE: &str = "pool";

@@ -41,7 +41,8 @@ use crate::history::{Call, Claim, History, Hold, Mode, Run};
 use crate::nemesis::Stalls;
 use crate::{
     slot_resource, ELECTION, ELECTION_LEASE, EXTEND_MAX, INSTANCE_TIMEOUT, PERMITS, REGISTERS,
-    RUN_HOLD, RUN_JITTER, RUN_JOB, RUN_TTL, RUN_WINDOW, RW_LOCK, SEMAPHORE, THREADS, TTL, WAIT,
+    RUN_HOLD, RUN_JITTER, RUN_JOB, RUN_KEY_LIFE, RUN_TTL, RUN_WINDOW, RW_LOCK, SEMAPHORE, THREADS,
+    TTL, WAIT,
 };
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -647,7 +648,7 @@ impl Worker<'_> {
             Ok(g) => Guard::One(g),
             Err(e) => {
                 let resources = [RUN_JOB.to_string()];
-                return self.failed_call(&resources, start, Duration::ZERO, RUN_HOLD, &e);
+                return self.failed_call(&resources, start, Duration::ZERO, RUN_KEY_LIFE, &e);
             }
         };
         let granted = Instant::now();
@@ -660,7 +661,7 @@ impl Worker<'_> {
             granted,
         });
         let mut hold = HoldNotes::new(&guard, start, granted, Duration::ZERO);
-        hold.key_life = RUN_HOLD;
+        hold.key_life = RUN_KEY_LIFE;
         self.pause(50, 400);
         hold.claim.note(guard.validity());
         hold.releasing = Instant::now();

@@ -23,6 +23,7 @@ const SEMAPHORE_SLOTS_SOURCE: &str = include_str!("../../lua/semaphore_slots.lua
 const RW_ACQUIRE_SOURCE: &str = include_str!("../../lua/rw_acquire.lua");
 const RW_RELEASE_SOURCE: &str = include_str!("../../lua/rw_release.lua");
 const RW_EXTEND_SOURCE: &str = include_str!("../../lua/rw_extend.lua");
+const FORCE_RELEASE_SOURCE: &str = include_str!("../../lua/force_release.lua");
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
@@ -35,9 +36,10 @@ static SEMAPHORE_SLOTS: LazyLock<Script> = LazyLock::new(|| Script::new(SEMAPHOR
 static RW_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_ACQUIRE_SOURCE));
 static RW_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_RELEASE_SOURCE));
 static RW_EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(RW_EXTEND_SOURCE));
+static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(FORCE_RELEASE_SOURCE));
 
 /// Sources of every script a worker connection preloads.
-pub(crate) const ALL_SOURCES: [&str; 11] = [
+pub(crate) const ALL_SOURCES: [&str; 12] = [
     TERM_SOURCE,
     ACQUIRE_SOURCE,
     RELEASE_SOURCE,
@@ -49,6 +51,7 @@ pub(crate) const ALL_SOURCES: [&str; 11] = [
     RW_ACQUIRE_SOURCE,
     RW_RELEASE_SOURCE,
     RW_EXTEND_SOURCE,
+    FORCE_RELEASE_SOURCE,
 ];
 
 /// How far ahead of an instance's clock the acquire script accepts the
@@ -261,14 +264,7 @@ pub(crate) fn release_and_announce(
     ttl: Duration,
     sharded: bool,
 ) -> (Arc<[u8]>, usize) {
-    let mut pipe = redis::pipe();
-    pipe.add_command(release_cmd(target, value, ttl, false));
-    for member in &target.members {
-        pipe.cmd(announce_command(sharded))
-            .arg(&member.keys.channel)
-            .arg("1");
-    }
-    (pipe.get_packed_pipeline().into(), 1 + target.members.len())
+    announced(release_cmd(target, value, ttl, false), target, sharded)
 }
 
 /// The undo of a grant whose call was cancelled: a failed attempt's
@@ -280,8 +276,14 @@ pub(crate) fn undo_and_announce(
     ttl: Duration,
     sharded: bool,
 ) -> (Arc<[u8]>, usize) {
+    announced(release_cmd(target, value, ttl, true), target, sharded)
+}
+
+/// `release` in one pipeline with an announcement on each member's
+/// release channel; the number of commands.
+fn announced(release: redis::Cmd, target: &Target, sharded: bool) -> (Arc<[u8]>, usize) {
     let mut pipe = redis::pipe();
-    pipe.add_command(release_cmd(target, value, ttl, true));
+    pipe.add_command(release);
     for member in &target.members {
         pipe.cmd(announce_command(sharded))
             .arg(&member.keys.channel)
@@ -359,13 +361,13 @@ pub(crate) fn term_and_announce(
 }
 
 /// A forced release ([`Redlock::force_release`](crate::Redlock::force_release)):
-/// `DEL` of the lock key whoever holds it, then the announcement that wakes
-/// waiters (`SPUBLISH` with `sharded`): two commands. The fence counter
-/// stays. A key that vanishes at any moment is what an expiry does too:
-/// the models let every lock key vanish at any time.
-pub(crate) fn force_release(keys: &Keys, sharded: bool) -> (Arc<[u8]>, usize) {
+/// `lua/force_release.lua`, deleting the lock key only while it holds the
+/// value whose SHA1 is `tag` (the holder the call read), then the
+/// announcement that wakes waiters (`SPUBLISH` with `sharded`): two
+/// commands. The fence counter stays.
+pub(crate) fn force_release(keys: &Keys, tag: &[u8], sharded: bool) -> (Arc<[u8]>, usize) {
     let mut pipe = redis::pipe();
-    pipe.cmd("DEL").arg(&keys.lock);
+    pipe.add_command(eval(&FORCE_RELEASE, &[&keys.lock], &[tag]));
     pipe.cmd(announce_command(sharded))
         .arg(&keys.channel)
         .arg("1");

@@ -1,6 +1,7 @@
-//! `redfence unlock`: deletes a resource's lock on every instance, whoever
-//! holds it (after a crashed holder with a long TTL, or a hold that must
-//! end early). The fence counter stays, so tokens keep increasing.
+//! `redfence unlock`: revokes a resource's holder, deleting the lock value
+//! it read on a quorum and nothing else (after a crashed holder with a long
+//! TTL, or a hold that must end early). The fence counter stays, so tokens
+//! keep increasing.
 
 use crate::cli::{Common, UnlockArgs};
 use crate::client;
@@ -23,7 +24,10 @@ pub fn unlock(common: &Common, args: &UnlockArgs) -> Result<u8, Failure> {
                 .as_deref()
                 .unwrap_or("a holder without an identity")
         ),
-        None => out!("{}: released (no holder on a quorum)", args.resource),
+        None => out!(
+            "{}: nothing to release (no holder on a quorum)",
+            args.resource
+        ),
     }
     Ok(0)
 }
