@@ -12,6 +12,7 @@ use crate::lock::lease::Lease;
 use crate::lock::retry::Waiting;
 use crate::lock::shared::Shared;
 use crate::lock::watchdog::Watchdog;
+use crate::protocol::clock::{self, Reading};
 use crate::protocol::keys::Target;
 use crate::telemetry;
 use crate::transport::instance::{Request, Sink};
@@ -371,14 +372,16 @@ impl Redlock {
     }
 
     /// Each instance's clock against the others', in the order the
-    /// instances were given (a Redis Cluster position is one row: its
-    /// shards' clocks are read as one), or `None` for an instance whose
-    /// clock was not read yet (it never answered). Workers read their
-    /// instance's `TIME` when they connect and every 10 s while busy; the
-    /// offset is from the median of the readings, so one instance whose
-    /// clock is wrong shows as that one. Fencing tokens assume no clock is
-    /// more than [`MAX_CLOCK_OFFSET`](crate::MAX_CLOCK_OFFSET) from the
-    /// others (README, "Guarantees"): each call sets the
+    /// instances were given (a Redis Cluster position is one row: the
+    /// sharpest reading among its shards), or `None` for an instance that
+    /// did not answer. Reads every instance's `TIME` in a round of its own,
+    /// at the moment of the call, so a clock stepped a moment ago shows at
+    /// once; each offset is from the median of the readings (one instance
+    /// whose clock is wrong shows as that one) and carries its
+    /// [`uncertainty`](crate::ClockOffset::uncertainty), half the round
+    /// trips it comes from. Fencing tokens assume no clock is more than
+    /// [`MAX_CLOCK_OFFSET`](crate::MAX_CLOCK_OFFSET) from the others
+    /// (README, "Guarantees"): each call sets the
     /// `redfence_instance_clock_offset_seconds` gauge (feature `metrics`)
     /// and logs a warning (feature `tracing`) for an instance past it;
     /// so does every [`ping`](Self::ping).
@@ -386,27 +389,64 @@ impl Redlock {
     /// ```no_run
     /// # fn main() -> Result<(), redfence::Error> {
     /// let locks = redfence::Redlock::new(["redis://a:6379", "redis://b:6379", "redis://c:6379"])?;
-    /// locks.ping();
     /// for (instance, offset) in locks.clock_offsets() {
     ///     match offset {
-    ///         Some(o) if !o.is_within(redfence::MAX_CLOCK_OFFSET) => {
-    ///             eprintln!("{instance}: clock {:+.3} s off the others", o.as_secs_f64())
-    ///         }
+    ///         Some(o) if !o.is_within(redfence::MAX_CLOCK_OFFSET) => eprintln!(
+    ///             "{instance}: clock {:+.3} s (± {:?}) off the others",
+    ///             o.as_secs_f64(),
+    ///             o.uncertainty()
+    ///         ),
     ///         Some(_) => {}
-    ///         None => eprintln!("{instance}: clock not read yet"),
+    ///         None => eprintln!("{instance}: no answer"),
     ///     }
     /// }
     /// # Ok(())
     /// # }
     /// ```
     pub fn clock_offsets(&self) -> Vec<(String, Option<crate::ClockOffset>)> {
-        let shared = self.shared();
-        let offsets = shared.instances.clock_offsets();
-        let rows: Vec<(String, Option<crate::ClockOffset>)> = shared
-            .instances
+        let sent = Instant::now();
+        let packed: Arc<[u8]> = redis::cmd("TIME").get_packed_command().into();
+        let answers = self.ask_each_server(packed, 1);
+        let times = answers.iter().map(|(position, _, answer, arrived)| {
+            let reply = answer.as_deref().ok().and_then(<[Value]>::first);
+            (*position, reply, *arrived)
+        });
+        self.offsets_of(sent, times)
+    }
+
+    /// The offsets of one round's `TIME` replies (position, reply, when it
+    /// arrived), each position's sharpest reading also recorded for the
+    /// proposal of new tokens; sets the gauges.
+    fn offsets_of<'a>(
+        &self,
+        sent: Instant,
+        times: impl Iterator<Item = (usize, Option<&'a Value>, Instant)>,
+    ) -> Vec<(String, Option<crate::ClockOffset>)> {
+        let instances = &self.shared().instances;
+        // Per position, its sharpest reading (a cluster's shards answer
+        // one each) and the reply it came from.
+        let mut best: Vec<Option<(Reading, &Value, Instant)>> = vec![None; instances.len()];
+        for (position, reply, arrived) in times {
+            let Some(reply) = reply else { continue };
+            let Some(reading) = Reading::from_reply(reply, sent, arrived) else {
+                continue;
+            };
+            if let Some(slot) = best.get_mut(position) {
+                if slot.is_none_or(|(held, _, _)| reading.is_sharper_than(&held)) {
+                    *slot = Some((reading, reply, arrived));
+                }
+            }
+        }
+        for (position, entry) in best.iter().enumerate() {
+            if let Some((_, reply, arrived)) = entry {
+                instances.record_clock(position, reply, sent, *arrived);
+            }
+        }
+        let readings: Vec<Option<Reading>> = best.iter().map(|e| e.map(|(r, _, _)| r)).collect();
+        let rows: Vec<(String, Option<crate::ClockOffset>)> = instances
             .names()
             .map(str::to_string)
-            .zip(offsets)
+            .zip(clock::fresh_offsets(&readings))
             .collect();
         for (instance, offset) in &rows {
             if let Some(offset) = offset {
@@ -427,13 +467,23 @@ impl Redlock {
     /// processed there.
     pub fn ping(&self) -> Vec<(String, Result<Duration, InstanceError>)> {
         let start = Instant::now();
-        let packed: Arc<[u8]> = redis::cmd("PING").get_packed_command().into();
-        let out = self
-            .ask_each_server(packed, 1)
+        // The clocks are read in the same round: readiness checks keep the
+        // clock offset gauges current.
+        let mut pipe = redis::pipe();
+        pipe.cmd("PING").cmd("TIME");
+        let answers = self.ask_each_server(pipe.get_packed_pipeline().into(), 2);
+        let times = answers.iter().map(|(position, _, answer, arrived)| {
+            let reply = answer.as_deref().ok().and_then(|r| r.get(1));
+            (*position, reply, *arrived)
+        });
+        self.offsets_of(start, times);
+        answers
             .into_iter()
-            .map(|(_, name, answer)| {
+            .map(|(_, name, answer, arrived)| {
                 let result = match answer.as_deref() {
-                    Ok([Value::SimpleString(s)]) if s == "PONG" => Ok(start.elapsed()),
+                    Ok([Value::SimpleString(s), ..]) if s == "PONG" => {
+                        Ok(arrived.saturating_duration_since(start))
+                    }
                     Ok(other) => Err(InstanceError::new(
                         &name,
                         crate::InstanceErrorKind::Protocol,
@@ -443,10 +493,7 @@ impl Redlock {
                 };
                 (name, result)
             })
-            .collect();
-        // Readiness checks keep the clock offset gauge current.
-        let _ = self.clock_offsets();
-        out
+            .collect()
     }
 
     /// Sends `packed` (`commands` replies) to every server behind every
@@ -454,27 +501,23 @@ impl Redlock {
     /// one's replies or error, with its position's index and its name; a
     /// cluster position with no shard master known is one row with that
     /// error.
-    pub(crate) fn ask_each_server(
-        &self,
-        packed: Arc<[u8]>,
-        commands: usize,
-    ) -> Vec<(usize, String, Result<Vec<Value>, InstanceError>)> {
+    pub(crate) fn ask_each_server(&self, packed: Arc<[u8]>, commands: usize) -> Vec<ServerAnswer> {
         let shared = self.shared();
         shared.warmup.wait();
         let deadline = shared.round_deadline();
         let (tx, rx) = crossbeam_channel::unbounded();
-        let mut out: Vec<(usize, String, Result<Vec<Value>, InstanceError>)> = Vec::new();
+        let mut out: Vec<ServerAnswer> = Vec::new();
         for (position, voter) in shared.instances.voters().iter().enumerate() {
             let first = out.len();
             let names = voter.each_server(|_| {
                 let row = out.len();
-                out.push((position, String::new(), Ok(Vec::new())));
+                out.push((position, String::new(), Ok(Vec::new()), deadline));
                 let sink: Sink = Arc::new(Row(row, tx.clone()));
                 Request::plain(Arc::clone(&packed), commands, deadline, Some(sink))
             });
             for (k, name) in names.into_iter().enumerate() {
                 let err = InstanceError::new(&name, crate::InstanceErrorKind::Timeout, NO_ANSWER);
-                out[first + k] = (position, name, Err(err));
+                out[first + k] = (position, name, Err(err), deadline);
             }
             if voter.is_cluster() && out.len() == first {
                 let err = InstanceError::new(
@@ -482,7 +525,7 @@ impl Redlock {
                     crate::InstanceErrorKind::Connect,
                     "no shard master known: the cluster's slot map could not be read",
                 );
-                out.push((position, voter.name().to_string(), Err(err)));
+                out.push((position, voter.name().to_string(), Err(err), deadline));
             }
         }
         drop(tx);
@@ -492,27 +535,33 @@ impl Redlock {
         // cause is known.
         let answers_by = deadline + (shared.cfg.instance_timeout / 2).min(PING_GRACE);
         for _ in 0..out.len() {
-            let Ok((row, result)) = rx.recv_deadline(answers_by) else {
+            let Ok((row, result, arrived)) = rx.recv_deadline(answers_by) else {
                 break;
             };
             if let Some(entry) = out.get_mut(row) {
                 entry.2 = result;
+                entry.3 = arrived;
             }
         }
         out
     }
 }
 
+/// One server's answer to [`Redlock::ask_each_server`]: its position's
+/// index, its name, its replies or error, and when they arrived.
+pub(crate) type ServerAnswer = (usize, String, Result<Vec<Value>, InstanceError>, Instant);
+
 /// Where one server's answer goes: its row of the report.
 struct Row(
     usize,
-    crossbeam_channel::Sender<(usize, crate::transport::instance::Replies)>,
+    crossbeam_channel::Sender<(usize, crate::transport::instance::Replies, Instant)>,
 );
 
 impl crate::transport::instance::Collect for Row {
     fn deliver(&self, _position: usize, replies: crate::transport::instance::Replies) {
-        // The caller may have stopped waiting; that is fine.
-        let _ = self.1.send((self.0, replies));
+        // Stamped as it arrives, for the clock readings' round trips. The
+        // caller may have stopped waiting; that is fine.
+        let _ = self.1.send((self.0, replies, Instant::now()));
     }
 }
 

@@ -169,7 +169,7 @@ impl Redlock {
         let mut rows: Vec<InstanceReport> = Vec::with_capacity(answers.len());
         let mut run_ids: HashMap<String, Vec<usize>> = HashMap::new();
         let mut positions_up: Vec<bool> = vec![true; self.instance_count()];
-        for (position, name, answer) in answers {
+        for (position, name, answer, _) in answers {
             let shard = clusters.get(position).copied().unwrap_or(false);
             let (mut row, run_id) = examine(name, answer, shard);
             if row.reachable && !shard {
@@ -430,24 +430,33 @@ fn native_finding(commands: crate::protocol::native::Commands) -> Finding {
     }
 }
 
+/// An instance clock's finding, judged with its reading's uncertainty:
+/// past the bound even at its nearest (an error), possibly past it (a
+/// warning: read again), or within it.
 fn clock_finding(offset: ClockOffset) -> Finding {
     let off_ms = offset.as_secs_f64() * 1000.0;
-    if offset.magnitude() > MAX_CLOCK_OFFSET {
-        Finding {
-            check: "clock",
-            severity: Severity::Error,
-            message: format!(
-                "clock {off_ms:+.1} ms from the others, past the {} ms fencing tokens assume: \
-                 fix its time source",
-                MAX_CLOCK_OFFSET.as_millis()
-            ),
-        }
+    let within_ms = offset.uncertainty().as_secs_f64() * 1000.0;
+    let reading = format!("clock {off_ms:+.1} ms (± {within_ms:.1} ms) from the others");
+    let bound_ms = MAX_CLOCK_OFFSET.as_millis();
+    let (severity, message) = if offset.magnitude().saturating_sub(offset.uncertainty())
+        > MAX_CLOCK_OFFSET
+    {
+        let message =
+            format!("{reading}, past the {bound_ms} ms fencing tokens assume: fix its time source");
+        (Severity::Error, message)
+    } else if offset.magnitude() + offset.uncertainty() > MAX_CLOCK_OFFSET {
+        let message = format!(
+            "{reading}: may be past the {bound_ms} ms fencing tokens assume; the reading \
+             was too slow to tell, run the doctor again"
+        );
+        (Severity::Warning, message)
     } else {
-        Finding {
-            check: "clock",
-            severity: Severity::Notice,
-            message: format!("clock {off_ms:+.1} ms from the others"),
-        }
+        (Severity::Notice, reading)
+    };
+    Finding {
+        check: "clock",
+        severity,
+        message,
     }
 }
 
@@ -504,5 +513,10 @@ mod tests {
             clock_finding(ClockOffset::from_micros(300)).severity,
             Severity::Notice
         );
+        let unsure = ClockOffset::from_micros(900_000).with_uncertainty(Duration::from_millis(200));
+        assert_eq!(clock_finding(unsure).severity, Severity::Warning);
+        let sure = ClockOffset::from_micros(1_500_000).with_uncertainty(Duration::from_millis(200));
+        assert_eq!(clock_finding(sure).severity, Severity::Error);
+        assert!(clock_finding(sure).message.contains("± 200.0 ms"));
     }
 }

@@ -823,6 +823,52 @@ fn a_minority_clock_ahead_then_a_rolling_restart_keeps_tokens_increasing() {
 // 6. Clock offsets, observed.
 // ---------------------------------------------------------------------------
 
+/// A clock stepped while the client runs shows at once: the client has
+/// read every clock (a ping), one instance's clock then jumps 3 s ahead,
+/// and right after, `clock_offsets()` reports it within its stated
+/// uncertainty and the doctor calls it an error. (Offsets once came from
+/// the workers' own readings, refreshed every 10 s, and missed it.)
+#[test]
+fn a_fresh_clock_step_is_seen_at_once() {
+    let _turn = serial();
+    let Some(cluster) = fake_clock_cluster(3) else {
+        return;
+    };
+    let locks = client(&cluster);
+    assert!(eventually(Duration::from_secs(5), || locks
+        .ping()
+        .iter()
+        .all(|(_, r)| r.is_ok())));
+    let step = Duration::from_secs(3);
+    jump_forward(&cluster, &[1], step);
+    let offsets = locks.clock_offsets();
+    let ahead = offsets[1].1.expect("instance 1 answered");
+    let error = ahead.micros() - step.as_micros() as i64;
+    // Half the round trips, plus the time the fake clock's own step takes
+    // to be read (libfaketime re-reads its file at most every 10 ms here).
+    let allowed = ahead.uncertainty() + Duration::from_millis(20);
+    assert!(
+        error.unsigned_abs() <= allowed.as_micros() as u64,
+        "instance 1 is {} µs ahead, not {step:?} ± {allowed:?}",
+        ahead.micros()
+    );
+    let report = locks.doctor();
+    let stepped = cluster.server(1).addr().to_string();
+    let row = report
+        .instances
+        .iter()
+        .find(|r| r.instance.starts_with(&stepped))
+        .expect("a row for the stepped instance");
+    let clock = row.findings.iter().find(|f| f.check == "clock");
+    assert_eq!(
+        clock.map(|f| f.severity),
+        Some(redfence::Severity::Error),
+        "{row:?}"
+    );
+    assert!(!report.is_healthy());
+    jump_back(&cluster, &[1], step);
+}
+
 /// An instance whose clock runs 20 s ahead of the others is named, with its
 /// offset, by `clock_offsets()` and by `redfence ping` (a column, a JSON
 /// field and a warning); the others read within a few milliseconds of

@@ -117,9 +117,12 @@ pub const MAX_CLOCK_OFFSET: Duration =
 
 /// One instance's clock against the others' (the median of their readings),
 /// as [`Redlock::clock_offsets`](crate::Redlock::clock_offsets) measures it:
-/// each instance's `TIME`, read at the middle of its round trip and carried
-/// forward on the client's monotonic clock. The client's own wall clock
-/// plays no part.
+/// each instance's `TIME`, read in one round at the moment of the call,
+/// taken as of the middle of its round trip and carried to one instant on
+/// the client's monotonic clock. The client's own wall clock plays no part.
+/// A reading is off by at most half its round trip either way, so the
+/// offset is known to within [`uncertainty`](Self::uncertainty): half the
+/// instance's round trip plus half the median's.
 ///
 /// ```
 /// use std::time::Duration;
@@ -130,29 +133,53 @@ pub const MAX_CLOCK_OFFSET: Duration =
 /// assert_eq!(ahead.magnitude(), Duration::from_millis(1500));
 /// assert!(!ahead.is_within(redfence::MAX_CLOCK_OFFSET));
 /// assert!(ClockOffset::from_micros(-2_000).is_within(redfence::MAX_CLOCK_OFFSET));
+/// let read = ahead.with_uncertainty(Duration::from_micros(300));
+/// assert_eq!(read.uncertainty(), Duration::from_micros(300));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ClockOffset(i64);
+pub struct ClockOffset {
+    micros: i64,
+    uncertainty_micros: u64,
+}
 
 impl ClockOffset {
-    /// An offset of `micros` microseconds (positive: ahead of the others).
+    /// An offset of `micros` microseconds (positive: ahead of the others),
+    /// known exactly.
     pub fn from_micros(micros: i64) -> Self {
-        ClockOffset(micros)
+        ClockOffset {
+            micros,
+            uncertainty_micros: 0,
+        }
+    }
+
+    /// The same offset, known to within `uncertainty` either way.
+    pub fn with_uncertainty(self, uncertainty: Duration) -> Self {
+        let uncertainty_micros = u64::try_from(uncertainty.as_micros()).unwrap_or(u64::MAX);
+        ClockOffset {
+            uncertainty_micros,
+            ..self
+        }
     }
 
     /// Microseconds ahead of the others (negative: behind).
     pub fn micros(self) -> i64 {
-        self.0
+        self.micros
     }
 
     /// Seconds ahead of the others (negative: behind).
     pub fn as_secs_f64(self) -> f64 {
-        self.0 as f64 / 1e6
+        self.micros as f64 / 1e6
     }
 
     /// How far off, either way.
     pub fn magnitude(self) -> Duration {
-        Duration::from_micros(self.0.unsigned_abs())
+        Duration::from_micros(self.micros.unsigned_abs())
+    }
+
+    /// How far the true offset may lie from [`micros`](Self::micros),
+    /// either way: half the round trips of the readings it comes from.
+    pub fn uncertainty(self) -> Duration {
+        Duration::from_micros(self.uncertainty_micros)
     }
 
     /// Whether it is no further off than `bound`, either way.
@@ -161,22 +188,61 @@ impl ClockOffset {
     }
 }
 
-/// Each clock's offset from the median of those read (the lower median for
-/// an even count), all carried forward to one instant; `None` where a clock
-/// was never read.
-pub(crate) fn offsets<'a>(
-    clocks: impl Iterator<Item = &'a InstanceClock>,
-) -> Vec<Option<ClockOffset>> {
-    let at = Instant::now();
-    let readings: Vec<Option<i64>> = clocks.map(|c| c.micros_at(at)).collect();
-    let mut known: Vec<i64> = readings.iter().flatten().copied().collect();
+/// One instance's `TIME`, read in a round of its own: its value, the
+/// instant it stands for (the middle of the round trip) and how far off
+/// that may be (half the round trip).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Reading {
+    micros: u64,
+    middle: Instant,
+    half_round_trip: Duration,
+}
+
+impl Reading {
+    /// The reading a `TIME` reply gives, sent at `sent`, in at `received`.
+    pub fn from_reply(reply: &Value, sent: Instant, received: Instant) -> Option<Reading> {
+        let half_round_trip = received.saturating_duration_since(sent) / 2;
+        Some(Reading {
+            micros: time_micros(reply)?,
+            middle: sent + half_round_trip,
+            half_round_trip,
+        })
+    }
+
+    /// Whether this reading is known more closely than `other` (a shorter
+    /// round trip): of a cluster's shards, the sharper one stands for it.
+    pub fn is_sharper_than(&self, other: &Reading) -> bool {
+        self.half_round_trip < other.half_round_trip
+    }
+}
+
+/// Each reading's offset from the median reading (the lower median for an
+/// even count), all carried to one instant, with its uncertainty; `None`
+/// where there is no reading.
+pub(crate) fn fresh_offsets(readings: &[Option<Reading>]) -> Vec<Option<ClockOffset>> {
+    let Some(at) = readings.iter().flatten().map(|r| r.middle).max() else {
+        return vec![None; readings.len()];
+    };
+    let carried = |r: &Reading| {
+        let since = at.saturating_duration_since(r.middle).as_micros();
+        i64::try_from(u128::from(r.micros) + since).unwrap_or(i64::MAX)
+    };
+    let mut known: Vec<(i64, Duration)> = readings
+        .iter()
+        .flatten()
+        .map(|r| (carried(r), r.half_round_trip))
+        .collect();
     known.sort_unstable();
-    let Some(&median) = known.get(known.len().saturating_sub(1) / 2) else {
+    let Some(&(median, median_half)) = known.get(known.len().saturating_sub(1) / 2) else {
         return vec![None; readings.len()];
     };
     readings
-        .into_iter()
-        .map(|r| r.map(|micros| ClockOffset(micros.saturating_sub(median))))
+        .iter()
+        .map(|r| {
+            let r = r.as_ref()?;
+            let offset = ClockOffset::from_micros(carried(r).saturating_sub(median));
+            Some(offset.with_uncertainty(r.half_round_trip + median_half))
+        })
         .collect()
 }
 
@@ -253,19 +319,27 @@ mod tests {
     }
 
     #[test]
-    fn offsets_are_measured_against_the_median() {
-        let clocks: Vec<InstanceClock> = (0..4).map(|_| InstanceClock::default()).collect();
+    fn fresh_readings_are_carried_to_one_instant_with_their_uncertainty() {
         let sent = Instant::now();
-        clocks[0].record(&time(1_000, 0), sent, sent);
-        clocks[1].record(&time(1_000, 2_000), sent, sent);
-        clocks[2].record(&time(1_060, 0), sent, sent);
-        let got: Vec<Option<i64>> = offsets(clocks.iter())
-            .into_iter()
-            .map(|o| o.map(ClockOffset::micros))
-            .collect();
-        assert_eq!(got, [Some(-2_000), Some(0), Some(59_998_000), None]);
-        let none = [InstanceClock::default()];
-        assert_eq!(offsets(none.iter()), [None]);
+        let at = |ms: u64| sent + Duration::from_millis(ms);
+        // Instance 1 answers 10 ms after instance 0 and reads 10 ms more:
+        // the same clock. Instance 2 reads 3 s ahead.
+        let readings = [
+            Reading::from_reply(&time(1_000, 0), sent, at(2)),
+            Reading::from_reply(&time(1_000, 10_000), at(10), at(12)),
+            Reading::from_reply(&time(1_003, 0), sent, at(4)),
+            None,
+        ];
+        let got = fresh_offsets(&readings);
+        let micros: Vec<Option<i64>> = got.iter().map(|o| o.map(ClockOffset::micros)).collect();
+        assert_eq!(micros, [Some(0), Some(0), Some(2_999_000), None]);
+        // Half its round trip plus half the median's (instance 1, 1 ms).
+        assert_eq!(
+            got[2].map(ClockOffset::uncertainty),
+            Some(Duration::from_millis(3))
+        );
+        assert_eq!(fresh_offsets(&[None]), [None]);
+        assert!(Reading::from_reply(&Value::Nil, sent, sent).is_none());
     }
 
     #[test]

@@ -102,9 +102,12 @@ impl Instances {
         clock::proposal(self.clocks.iter().map(Arc::as_ref))
     }
 
-    /// Each position's clock against the others' (see `clock.rs`).
-    pub fn clock_offsets(&self) -> Vec<Option<clock::ClockOffset>> {
-        clock::offsets(self.clocks.iter().map(Arc::as_ref))
+    /// Records a `TIME` reply of position `index`, read in a round of its
+    /// own, for the proposal of new tokens.
+    pub fn record_clock(&self, index: usize, reply: &Value, sent: Instant, received: Instant) {
+        if let Some(clock) = self.clocks.get(index) {
+            clock.record(reply, sent, received);
+        }
     }
 
     /// What position `index`'s latest connection runs natively (nothing

@@ -29,7 +29,8 @@ pub fn ping(common: &Common, args: &PingArgs) -> Result<u8, Failure> {
         }
     }
     let answered = positions.iter().filter(|(_, ok)| *ok).count();
-    let offset_of = |name: &str| clock_offset_ms(&clocks, name);
+    let offset_of = |name: &str| clock_offset(&clocks, name).map(|o| o.micros() as f64 / 1000.0);
+    let uncertainty_of = |name: &str| clock_offset(&clocks, name).map(|o| millis(o.uncertainty()));
     if args.json {
         let list: Vec<Value> = results
             .iter()
@@ -39,6 +40,7 @@ pub fn ping(common: &Common, args: &PingArgs) -> Result<u8, Failure> {
                     "ok": true,
                     "rtt_ms": millis(*rtt),
                     "clock_offset_ms": offset_of(name),
+                    "clock_uncertainty_ms": uncertainty_of(name),
                     "error": null,
                 }),
                 Err(e) => json!({
@@ -46,6 +48,7 @@ pub fn ping(common: &Common, args: &PingArgs) -> Result<u8, Failure> {
                     "ok": false,
                     "rtt_ms": null,
                     "clock_offset_ms": offset_of(name),
+                    "clock_uncertainty_ms": uncertainty_of(name),
                     "error": client::show_error(e),
                 }),
             })
@@ -58,9 +61,9 @@ pub fn ping(common: &Common, args: &PingArgs) -> Result<u8, Failure> {
         out!("{doc}");
     } else {
         for (name, result) in &results {
-            let clock = match offset_of(name) {
-                Some(ms) => format!(", clock {ms:+.1} ms"),
-                None => String::new(),
+            let clock = match (offset_of(name), uncertainty_of(name)) {
+                (Some(ms), Some(within)) => format!(", clock {ms:+.1} ms (± {within:.1})"),
+                _ => String::new(),
             };
             match result {
                 Ok(rtt) => out!("{name:<24} ok {:.3} ms{clock}", millis(*rtt)),
@@ -88,13 +91,12 @@ pub fn ping(common: &Common, args: &PingArgs) -> Result<u8, Failure> {
 /// The clock offset of a ping row's instance, in milliseconds: the row of
 /// a standalone instance has its name; `cluster #i shard …` rows share
 /// their position's clock.
-fn clock_offset_ms(clocks: &[(String, Option<ClockOffset>)], row: &str) -> Option<f64> {
+fn clock_offset(clocks: &[(String, Option<ClockOffset>)], row: &str) -> Option<ClockOffset> {
     let position = match row.strip_prefix("cluster #") {
         Some(rest) => rest.split(' ').next()?.parse::<usize>().ok()?,
         None => clocks.iter().position(|(name, _)| name == row)?,
     };
-    let offset = clocks.get(position)?.1?;
-    Some(offset.micros() as f64 / 1000.0)
+    clocks.get(position)?.1
 }
 
 fn millis(d: Duration) -> f64 {
