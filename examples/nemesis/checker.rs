@@ -234,6 +234,10 @@ struct Act {
     nemesis: Nemesis,
 }
 
+/// (client, instance) -> (at, pttl) of a resource's keys seen there, by
+/// time.
+type SeenOn = BTreeMap<(usize, usize), Vec<(f64, f64)>>;
+
 /// What the exclusion checks look things up in.
 struct Ctx<'a> {
     rec: &'a Record,
@@ -241,7 +245,7 @@ struct Ctx<'a> {
     acts: Vec<Act>,
     /// resource -> (client, instance) -> (at, pttl) of its keys seen
     /// there, by time.
-    seen: BTreeMap<&'a str, BTreeMap<(usize, usize), Vec<(f64, f64)>>>,
+    seen: BTreeMap<&'a str, SeenOn>,
 }
 
 impl<'a> Ctx<'a> {
@@ -259,7 +263,7 @@ impl<'a> Ctx<'a> {
             })
             .collect();
         acts.sort_by(|a, b| a.at.total_cmp(&b.at));
-        let mut seen: BTreeMap<&str, BTreeMap<(usize, usize), Vec<(f64, f64)>>> = BTreeMap::new();
+        let mut seen: BTreeMap<&str, SeenOn> = BTreeMap::new();
         for s in &rec.sightings {
             seen.entry(s.resource.as_str())
                 .or_default()
