@@ -30,6 +30,11 @@ const CLOCK_READ_SLACK: f64 = 0.100;
 /// The longest a clock fault moves a clock: keys there live that much
 /// longer.
 const CLOCK_STEP_MAX: f64 = 5.0;
+/// How long before its recorded time the watcher may have read a key: a
+/// sighting is timed when its read returned, which is at most the
+/// watcher's read timeout after the read. An effect recorded up to this
+/// long before a sighting may have come after the key was read.
+const READ_SLACK: f64 = crate::watcher::READ_TIMEOUT.as_secs_f64();
 
 #[derive(Debug, Clone)]
 pub struct Violation {
@@ -309,11 +314,12 @@ impl<'a> Ctx<'a> {
             .collect()
     }
 
-    /// Whether a loss or a forward clock step hit `instance` in `[from, to]`.
-    fn touched(&self, instance: usize, from: f64, to: f64) -> bool {
-        self.acts
-            .iter()
-            .any(|a| a.instance == instance && from <= a.at && a.at <= to && reason(a).is_some())
+    /// Whether a loss or a forward clock step may have hit `instance`
+    /// after a key was read there at `seen` (see `READ_SLACK`), by `to`.
+    fn touched(&self, instance: usize, seen: f64, to: f64) -> bool {
+        self.acts.iter().any(|a| {
+            a.instance == instance && seen - READ_SLACK <= a.at && a.at <= to && reason(a).is_some()
+        })
     }
 }
 
@@ -337,7 +343,8 @@ fn reason(a: &Act) -> Option<&'static str> {
 ///    there in between: `b` had no quorum free of it.
 /// 2. Otherwise an effect excuses it if it lost keys, or stepped a clock
 ///    forward, on an instance where the watcher saw `a`'s key before the
-///    effect (so `a`'s grant could rest on it), no later than `b`'s grant;
+///    effect (so `a`'s grant could rest on it; a sighting is timed when
+///    its read returned, `READ_SLACK`), no later than `b`'s grant;
 /// 3. and `a` had a grant or an extension sent before the effect (the part
 ///    it promised may be lost); what later extensions added is not
 ///    excused: `a` and `b` must not be believed at once past it;
@@ -370,7 +377,8 @@ fn excuse(
     for act in ctx.acts.iter().take_while(|x| x.at <= gb) {
         let Some(reason) = reason(act) else { continue };
         let (i, t) = (act.instance, act.at);
-        if !same && ctx.sightings(ca, resource, i, a.hold.start, t).is_empty() {
+        let read_before = ctx.sightings(ca, resource, i, a.hold.start, t + READ_SLACK);
+        if !same && read_before.is_empty() {
             continue;
         }
         let rested = a
@@ -1198,6 +1206,25 @@ mod tests {
         assert_eq!(old_rule(&rec, R), (0, 1));
         let v = check(&rec);
         assert_eq!((v.overlaps, v.overlaps_excused), (1, 0));
+    }
+
+    /// A sighting is timed when its read returned: one timed just after
+    /// the restart was read before it.
+    #[test]
+    fn a_read_timed_after_the_fault_may_precede_it() {
+        let mut rec = record();
+        hold(&mut rec, 0, Mode::Exclusive, 1, 0.0, 3.0);
+        seen(&mut rec, 0, R, &[0, 1], 0.2, 2.8);
+        seen(&mut rec, 0, R, &[2], 0.501, 2.49);
+        fault(&mut rec, Nemesis::Restart, 2, 0.5, RESTART);
+        hold(&mut rec, 1, Mode::Exclusive, 2, 1.0, 2.0);
+        let v = check(&rec);
+        assert_eq!(
+            (v.overlaps, v.overlaps_excused),
+            (0, 1),
+            "{:#?}",
+            v.violations
+        );
     }
 
     #[test]

@@ -1,8 +1,10 @@
-//! What the run did, as the checker reads it: every hold from its lock call
-//! to its release with the validity its holder claimed, every lock call,
-//! every fault, every run-once job, every lock key seen on an instance. All
-//! times are instants of the one monotonic clock of this process, so holds
-//! of different clients compare directly.
+//! What the run did, as it is recorded: every hold from its lock call to
+//! its release with every validity its holder was told, every lock call,
+//! every fault with what it did to each instance, every run-once job,
+//! every lock key seen on an instance. All times are instants of the one
+//! monotonic clock of this process, so holds of different clients compare
+//! directly; `record.rs` turns them into the seconds the checker judges
+//! and `history.jsonl` stores.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
