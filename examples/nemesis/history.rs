@@ -156,6 +156,9 @@ pub struct Sighting {
     pub pttl: Duration,
     /// A void key for the same value existed too.
     pub voided: bool,
+    /// An entry of a reader-writer lock's readers (it blocks writes, not
+    /// reads); a lock's, a slot's or a writer's key otherwise.
+    pub reader: bool,
 }
 
 /// Everything recorded, shared by the run's threads.

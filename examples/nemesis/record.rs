@@ -105,6 +105,8 @@ pub struct Sighting {
     pub at: f64,
     pub pttl: f64,
     pub voided: bool,
+    /// A reader-writer lock's reader entry (blocks writes only).
+    pub reader: bool,
 }
 
 /// What the database holds at the end: each register's counter and its
@@ -221,6 +223,7 @@ impl Record {
                 at: s(x.at),
                 pttl: x.pttl.as_secs_f64(),
                 voided: x.voided,
+                reader: x.reader,
             })
             .collect();
         Record {
@@ -259,6 +262,7 @@ impl Record {
             line(json!({
                 "type": "sighting", "resource": x.resource, "instance": x.instance,
                 "client": x.client, "at": x.at, "pttl": x.pttl, "voided": x.voided,
+                "reader": x.reader,
             }));
         }
         self.stored_lines(&mut line);
@@ -347,6 +351,7 @@ impl Record {
                 at: secs(o, "at")?,
                 pttl: secs(o, "pttl")?,
                 voided: o.get("voided").and_then(Value::as_bool).unwrap_or(false),
+                reader: o.get("reader").and_then(Value::as_bool).unwrap_or(false),
             }),
             _ => self.add_stored(kind, o)?,
         }

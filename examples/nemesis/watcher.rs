@@ -216,6 +216,7 @@ fn record(history: &History, instance: usize, keys: &[Watched], owners: &[String
                     at,
                     pttl: Duration::from_millis(pttl.max(0) as u64),
                     voided,
+                    reader: w.readers,
                 });
             }
         }
