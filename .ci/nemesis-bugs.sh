@@ -14,8 +14,11 @@
 # nemesis the server supports). The tree itself is never touched: each bug is applied to a
 # copy under target/nemesis-bugs/NAME (built with a shared target
 # directory). Prints, per bug, whether it was caught, the first violation
-# (kind and time) and the faults injected in the 10 s before it. Exit
-# status: 0 when every bug was caught, 1 otherwise.
+# (kind and time) and the faults injected in the 10 s before it, and what
+# the two judges of the stored history say: `nemesis --check` (the same
+# checker from history.jsonl: must agree with the run) and .ci/judge.py
+# (tokens and the fenced store only: it sees the bugs that reach them).
+# Exit status: 0 when every bug was caught and --check agreed, 1 otherwise.
 #
 # Needs python3, PostgreSQL and the servers of .ci/setup. Each bug takes a
 # release build (about a minute) plus its run.
@@ -160,5 +163,13 @@ for name in "${selected[@]}"; do
         *) echo "$name: the run could not be set up (exit $status): see $dir/run.log"; failed=1 ;;
     esac
     [ -f "$dir/report/results.json" ] && report "$dir/report/results.json"
+    if [ -f "$dir/report/history.jsonl" ]; then
+        "$WORK/target/release/examples/nemesis" --check "$dir/report" >"$dir/check.log" 2>&1
+        again=$?
+        python3 .ci/judge.py "$dir/report/history.jsonl" >"$dir/judge.log" 2>&1
+        judged=$?
+        echo "  --check: exit $again; judge.py: exit $judged ($(head -1 "$dir/judge.log" | sed 's/.*: //'))"
+        [ "$again" = "$status" ] || { echo "  --check DISAGREES with the run"; failed=1; }
+    fi
 done
 exit $failed

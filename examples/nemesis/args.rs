@@ -12,10 +12,16 @@ usage: nemesis [--workload register|run-once|election|multi|semaphore|rw|all]
                [--nemesis pause,kill,restart,rollback,partition,late,clock,client-pause|none]
                [--duration SECONDS] [--seed N] [--instances N] [--clients N]
                [--server PATH] [--unfenced] [--report DIR]
+       nemesis --check DIR
 
 Runs clients through redfence's public API against real servers while a
-seeded schedule of faults breaks them, then checks the recorded history.
-Exit 0: no violation; 1: a violation; 2: the run could not be set up.";
+seeded schedule of faults breaks them, then checks the recorded history
+(written to DIR/history.jsonl with --report DIR).
+Exit 0: no violation; 1: a violation; 2: the run could not be set up.
+
+--check DIR judges DIR/history.jsonl again, with no servers.
+Exit 0: no violation; 1: a violation; 2: the history is missing or
+unreadable.";
 
 /// What the clients do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -62,6 +68,8 @@ pub struct Args {
     pub server: Option<PathBuf>,
     pub unfenced: bool,
     pub report: Option<PathBuf>,
+    /// `--check DIR`: judge a stored history instead of running.
+    pub check: Option<PathBuf>,
 }
 
 /// Parses the arguments after the program name. `Ok(None)`: `--help`.
@@ -76,6 +84,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, Strin
         server: None,
         unfenced: false,
         report: None,
+        check: None,
     };
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -96,6 +105,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, Strin
             "--server" => args.server = Some(PathBuf::from(value()?)),
             "--unfenced" => args.unfenced = true,
             "--report" => args.report = Some(PathBuf::from(value()?)),
+            "--check" => args.check = Some(PathBuf::from(value()?)),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }

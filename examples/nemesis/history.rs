@@ -1,8 +1,10 @@
-//! What the run did, as the checker reads it: every hold from its lock call
-//! to its release with the validity its holder claimed, every lock call,
-//! every fault, every run-once job, every lock key seen on an instance. All
-//! times are instants of the one monotonic clock of this process, so holds
-//! of different clients compare directly.
+//! What the run did, as it is recorded: every hold from its lock call to
+//! its release with every validity its holder was told, every lock call,
+//! every fault with what it did to each instance, every run-once job,
+//! every lock key seen on an instance. All times are instants of the one
+//! monotonic clock of this process, so holds of different clients compare
+//! directly; `record.rs` turns them into the seconds the checker judges
+//! and `history.jsonl` stores.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -51,24 +53,35 @@ pub struct Hold {
     pub key_life: Duration,
     /// How long the lock call was allowed to wait.
     pub wait: Duration,
+    /// Every look at `validity()` while it was positive: when, and the
+    /// end it promised. A promise later than the one before means a grant
+    /// or an extension was confirmed in between: the checker needs when,
+    /// to tell which part of a belief rests on data a fault lost.
+    pub notes: Vec<(Instant, Instant)>,
 }
 
 /// What a holder believes, as it reads it: call [`Claim::note`] with
 /// `validity()` each time the holder checks.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Claim {
     pub end: Instant,
+    pub notes: Vec<(Instant, Instant)>,
 }
 
 impl Claim {
     pub fn new(granted: Instant) -> Claim {
-        Claim { end: granted }
+        Claim {
+            end: granted,
+            notes: Vec::new(),
+        }
     }
 
     /// Records that the holder was just told it holds for `validity` more.
     pub fn note(&mut self, validity: Duration) {
         if !validity.is_zero() {
-            self.end = self.end.max(Instant::now() + validity);
+            let now = Instant::now();
+            self.end = self.end.max(now + validity);
+            self.notes.push((now, now + validity));
         }
     }
 }
@@ -98,6 +111,29 @@ pub struct FaultRecord {
     pub start: Instant,
     pub end: Instant,
     pub detail: String,
+    /// What it did to each instance's data or clock, and when: only these
+    /// can excuse two holders at once (see `checker::excuse`).
+    pub effects: Vec<Effect>,
+}
+
+/// One act of a fault on one instance's keys.
+#[derive(Debug, Clone, Copy)]
+pub struct Effect {
+    pub instance: usize,
+    /// The server was killed (its data lost with it), or its clock stepped.
+    pub at: Instant,
+    pub kind: EffectKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum EffectKind {
+    /// Its keys were lost: all of them (`since: None`, a kill without
+    /// persistence), or those written after a snapshot taken at `since`
+    /// (a rollback: the keys of the snapshot come back).
+    Loss { since: Option<Instant> },
+    /// Its clock stepped by this many milliseconds: forward (positive)
+    /// expires keys early, back (negative) only keeps them longer.
+    Clock { by_ms: i64 },
 }
 
 /// One run of a scheduled once-only job.
@@ -120,6 +156,9 @@ pub struct Sighting {
     pub pttl: Duration,
     /// A void key for the same value existed too.
     pub voided: bool,
+    /// An entry of a reader-writer lock's readers (it blocks writes, not
+    /// reads); a lock's, a slot's or a writer's key otherwise.
+    pub reader: bool,
 }
 
 /// Everything recorded, shared by the run's threads.
@@ -176,11 +215,6 @@ impl History {
     /// Seconds since the run started.
     pub fn secs(&self, at: Instant) -> f64 {
         at.saturating_duration_since(self.epoch).as_secs_f64()
-    }
-
-    /// The machine's wall clock at `at`, in microseconds since 1970.
-    pub fn wall_micros(&self, at: Instant) -> u64 {
-        self.epoch_wall_micros + at.saturating_duration_since(self.epoch).as_micros() as u64
     }
 
     pub fn count(&self, bump: impl FnOnce(&mut Counters)) {

@@ -6,9 +6,11 @@
 //! majority (they cost liveness, never safety). A killed instance comes
 //! back only after the longest lease has run out (the restart the
 //! guarantees assume); `restart` and `rollback` come back at once, which
-//! the guarantees do not cover for exclusion (a known Redlock limit), so
-//! the checker excuses overlapping holders right after them, and only
-//! those.
+//! the guarantees do not cover for exclusion (a known Redlock limit).
+//! Each fault records what it did to each instance's keys and when (an
+//! `Effect`: keys lost, a clock stepped and by how much): the checker
+//! excuses two holders at once only by such an effect that can explain
+//! them (`checker::excuse`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
@@ -20,7 +22,7 @@ use rand::{Rng, SeedableRng};
 use redfence::testing::Fault;
 
 use crate::cluster::Cluster;
-use crate::history::{FaultRecord, History};
+use crate::history::{Effect, EffectKind, FaultRecord, History};
 use crate::MAX_KEY_LIFE;
 
 /// The longest a `late` fault holds a request: under the registers' TTL,
@@ -65,16 +67,6 @@ impl Nemesis {
         }
     }
 
-    /// Whether this fault may let two holders overlap without breaking a
-    /// documented guarantee (README, "What breaks exclusion"): an instance
-    /// back at once without its data, or a clock that jumps forward (a
-    /// jump, or the correction of a step back): it expires the keys there
-    /// early, and a holder whose grant counted that instance in a bare
-    /// quorum keeps too few.
-    pub fn excuses_overlaps(self) -> bool {
-        matches!(self, Nemesis::Restart | Nemesis::Rollback | Nemesis::Clock)
-    }
-
     /// Whether this fault may leave a lock key on its instances after its
     /// holder is gone, until the key expires: it keeps a release or a
     /// clean-up from arriving, brings old keys back, or moves the clock
@@ -110,6 +102,8 @@ pub struct Schedule<'a> {
     pub rng: StdRng,
     /// No fault starts after this; each ends by `end`.
     pub until: Instant,
+    /// What the fault being injected did to each instance, so far.
+    effects: Vec<Effect>,
 }
 
 impl Schedule<'_> {
@@ -128,6 +122,7 @@ impl Schedule<'_> {
             enabled,
             rng: StdRng::seed_from_u64(seed ^ 0x006e_656d_6573_6973),
             until,
+            effects: Vec::new(),
         }
     }
 
@@ -151,6 +146,7 @@ impl Schedule<'_> {
                 start,
                 end: Instant::now(),
                 detail,
+                effects: std::mem::take(&mut self.effects),
             });
         }
     }
@@ -206,11 +202,22 @@ impl Schedule<'_> {
         (victims, format!("SIGSTOP for {} ms", hold.as_millis()))
     }
 
+    /// Records that instance `i`'s keys are lost now (written after
+    /// `since`, or all of them).
+    fn lost(&mut self, i: usize, since: Option<Instant>) {
+        self.effects.push(Effect {
+            instance: i,
+            at: Instant::now(),
+            kind: EffectKind::Loss { since },
+        });
+    }
+
     fn kill(&mut self) -> (Vec<usize>, String) {
         let victims = self.pick(1, self.cluster.minority());
         // Back only once every lease it held has run out.
         let down = MAX_KEY_LIFE + self.millis(500, 1500);
         for &i in &victims {
+            self.lost(i, None);
             self.cluster.kill(i);
         }
         self.sleep(down);
@@ -227,6 +234,7 @@ impl Schedule<'_> {
     fn restart(&mut self) -> (Vec<usize>, String) {
         let victims = self.pick(1, self.cluster.minority());
         for &i in &victims {
+            self.lost(i, None);
             self.cluster.kill(i);
         }
         let detail = self.start_again(&victims);
@@ -239,6 +247,9 @@ impl Schedule<'_> {
     fn rollback(&mut self) -> (Vec<usize>, String) {
         let victims = self.pick(1, self.cluster.minority());
         let age = self.millis(500, 3000);
+        // Taken before the snapshot starts: whatever is written after may
+        // be missing from it.
+        let snapshot = Instant::now();
         let saved: Vec<usize> = victims
             .iter()
             .copied()
@@ -247,6 +258,7 @@ impl Schedule<'_> {
         self.sleep(age);
         let mut failed = String::new();
         for &i in &saved {
+            self.lost(i, Some(snapshot));
             if let Err(e) = self.cluster.roll_back(i) {
                 failed.push_str(&format!("; #{i} did not start: {e}"));
             }
@@ -339,8 +351,15 @@ impl Schedule<'_> {
         }
     }
 
-    fn shift_clocks(&self, victims: &[usize], by_ms: i64) {
+    fn shift_clocks(&mut self, victims: &[usize], by_ms: i64) {
         for &i in victims {
+            if by_ms != 0 {
+                self.effects.push(Effect {
+                    instance: i,
+                    at: Instant::now(),
+                    kind: EffectKind::Clock { by_ms },
+                });
+            }
             let server = self.cluster.server(i);
             let by = Duration::from_millis(by_ms.unsigned_abs());
             if by_ms >= 0 {

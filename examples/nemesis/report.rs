@@ -1,4 +1,5 @@
-//! `results.json` (the run's counts and every violation) and
+//! `results.json` (the run's counts and every violation),
+//! `history.jsonl` (every event, for `--check` and `.ci/judge.py`) and
 //! `timeline.svg` (one lane per client and per instance: holds as bars,
 //! faults shaded, violations marked).
 
@@ -11,6 +12,7 @@ use serde_json::{json, Value};
 
 use crate::checker::Verdict;
 use crate::history::{Counters, History, Mode};
+use crate::record::Record;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -32,17 +34,6 @@ pub fn results(info: &RunInfo<'_>, history: &History, verdict: &Verdict) -> Valu
     for f in history.faults.lock().iter() {
         *faults.entry(f.nemesis.name()).or_default() += 1;
     }
-    let violations: Vec<Value> = verdict
-        .violations
-        .iter()
-        .map(|v| {
-            json!({
-                "kind": v.kind, "resource": v.resource,
-                "first": v.first, "second": v.second,
-                "first_at_s": round3(v.first_at), "second_at_s": round3(v.second_at),
-            })
-        })
-        .collect();
     let per_workload = per_workload(info, history, &counters, verdict);
     let fault_log: Vec<Value> = history
         .faults
@@ -78,9 +69,38 @@ pub fn results(info: &RunInfo<'_>, history: &History, verdict: &Verdict) -> Valu
         "database_errors": counters.database_errors,
         "faults": faults,
     });
-    // In two parts: one `json!` this long passes the macro's recursion
-    // limit.
-    let checks = json!({
+    let checks = verdict_json(verdict);
+    let more = json!({"per_workload": per_workload, "fault_log": fault_log});
+    for part in [checks, more] {
+        if let (Some(all), Value::Object(part)) = (out.as_object_mut(), part) {
+            all.extend(part);
+        }
+    }
+    out
+}
+
+/// The checker's counts, its excuses by reason and instance (`{"restart":
+/// {"2": 3}}`), and every violation.
+pub fn verdict_json(verdict: &Verdict) -> Value {
+    let violations: Vec<Value> = verdict
+        .violations
+        .iter()
+        .map(|v| {
+            json!({
+                "kind": v.kind, "resource": v.resource,
+                "first": v.first, "second": v.second,
+                "first_at_s": round3(v.first_at), "second_at_s": round3(v.second_at),
+            })
+        })
+        .collect();
+    let mut excused_by: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
+    for ((reason, instance), n) in &verdict.excused {
+        excused_by
+            .entry(reason)
+            .or_default()
+            .insert(instance.to_string(), *n);
+    }
+    json!({
         "lost_updates": verdict.lost_updates,
         "stale_writes_accepted": verdict.stale_writes_accepted,
         "token_regressions": verdict.token_regressions,
@@ -103,14 +123,9 @@ pub fn results(info: &RunInfo<'_>, history: &History, verdict: &Verdict) -> Valu
         "orphan_locks": verdict.orphans,
         "voided_grants": verdict.voided_grants,
         "stuck_calls": verdict.stuck_calls,
-        "per_workload": per_workload,
+        "excused_by": excused_by,
         "violations": violations,
-        "fault_log": fault_log,
-    });
-    if let (Some(all), Value::Object(more)) = (out.as_object_mut(), checks) {
-        all.extend(more);
-    }
-    out
+    })
 }
 
 /// Per workload: operations begun, guards granted (for `rw`, reads and
@@ -164,6 +179,7 @@ fn round3(x: f64) -> f64 {
 pub fn write(
     dir: &Path,
     results: &Value,
+    record: &Record,
     history: &History,
     verdict: &Verdict,
     lanes: (usize, usize),
@@ -173,6 +189,7 @@ pub fn write(
         dir.join("results.json"),
         serde_json::to_string_pretty(results)? + "\n",
     )?;
+    fs::write(dir.join("history.jsonl"), record.to_jsonl())?;
     timeline(&dir.join("timeline.svg"), history, verdict, lanes)
 }
 

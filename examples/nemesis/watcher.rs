@@ -22,7 +22,7 @@ use crate::workloads::identity;
 /// How often the keys are read.
 const EVERY: Duration = Duration::from_millis(50);
 /// A stopped server answers nothing: the read gives up quickly.
-const READ_TIMEOUT: Duration = Duration::from_millis(300);
+pub const READ_TIMEOUT: Duration = Duration::from_millis(300);
 /// The library's default key prefix.
 const PREFIX: &str = "redfence:";
 
@@ -216,6 +216,7 @@ fn record(history: &History, instance: usize, keys: &[Watched], owners: &[String
                     at,
                     pttl: Duration::from_millis(pttl.max(0) as u64),
                     voided,
+                    reader: w.readers,
                 });
             }
         }

@@ -496,6 +496,9 @@ impl Worker<'_> {
         let ttl = Duration::from_millis(ms);
         hold.key_life = hold.key_life.max(ttl);
         self.ctx.history.count(|c| c.extends += 1);
+        // A look just before: what the extension adds was confirmed after
+        // it (the checker dates confirmations by the notes around them).
+        hold.claim.note(guard.validity());
         let result = guard.extend(ttl);
         hold.claim.note(guard.validity());
         result
@@ -596,6 +599,7 @@ impl Worker<'_> {
                 end: Instant::now(),
                 key_life: ELECTION_LEASE,
                 wait: WAIT,
+                notes: claim.notes,
             });
         }
         Ok(())
@@ -771,6 +775,7 @@ impl HoldNotes {
             end: Instant::now(),
             key_life: self.key_life,
             wait: self.wait,
+            notes: self.claim.notes,
         });
     }
 }

@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""A second, independent judge of a nemesis history (history.jsonl).
+
+Written from the format in docs/testing.md, not from the bench's checker
+(examples/nemesis/checker.rs), so that a bug in one is unlikely to hide
+in both. It judges two rules:
+
+1. Fencing tokens, the fenced-mutex rule of Jepsen's Hazelcast suite:
+   every grant's token is above every token granted (returned to its
+   caller) before the grant's call started, per resource; a semaphore's
+   permits per slot (each slot is its own resource in the history). On a
+   reader-writer lock, a write's token is above every token, read or
+   write, granted before its call started, and a read's above every
+   write's (reads share, so their tokens may tie).
+2. The PostgreSQL fenced store: each resource's accepted writes, in
+   commit order, have strictly increasing tokens (one write per guard and
+   resource, so a repeated token is two guards with one token), each read
+   the value the accepted writes before it made (no lost update), and the
+   counter equals the number of accepted writes; the leader's accepted
+   acts never go back to a lower term; a read guard's two accepted reads
+   saw one value, the number of accepted writes with lower tokens.
+
+    python3 .ci/judge.py target/nemesis/redis-7.0/history.jsonl
+    python3 .ci/judge.py --self-test
+
+Exit 0: no violation; 1: a violation (or a self-test failed); 2: the
+history is missing, unreadable or malformed.
+"""
+
+import bisect
+import json
+import sys
+from collections import defaultdict
+
+FORMAT = 1
+SHOWN = 20
+
+
+class Malformed(Exception):
+    """The history cannot be judged."""
+
+
+def need(obj, key, kind, line):
+    """obj[key], which must be of `kind` (bool is not a number here)."""
+    if key not in obj:
+        raise Malformed(f"line {line}: no {key!r}")
+    value = obj[key]
+    if kind in (int, float) and isinstance(value, bool):
+        raise Malformed(f"line {line}: {key!r} is not a number")
+    if kind is float and isinstance(value, int):
+        value = float(value)
+    if not isinstance(value, kind):
+        raise Malformed(f"line {line}: {key!r} is not {kind.__name__}")
+    return value
+
+
+def load(lines):
+    """The events of a history, by type; raises Malformed."""
+    events = defaultdict(list)
+    first = True
+    for n, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            event = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise Malformed(f"line {n}: not JSON: {e}") from None
+        if not isinstance(event, dict):
+            raise Malformed(f"line {n}: not an object")
+        kind = need(event, "type", str, n)
+        if first:
+            if kind != "run":
+                raise Malformed(f"line {n}: the first event must be 'run'")
+            if need(event, "format", int, n) != FORMAT:
+                raise Malformed(f"line {n}: format {event['format']}, this judge reads {FORMAT}")
+            first = False
+        event["_line"] = n
+        events[kind].append(event)
+    if first:
+        raise Malformed("no events (an empty file)")
+    return events
+
+
+def grants(events):
+    """resource -> [(start, granted, token, mode, client)] of every hold."""
+    out = defaultdict(list)
+    for h in events["hold"]:
+        n = h["_line"]
+        start = need(h, "start", float, n)
+        granted = need(h, "granted", float, n)
+        mode = need(h, "mode", str, n)
+        client = need(h, "client", int, n)
+        for t in need(h, "tokens", list, n):
+            if not isinstance(t, dict):
+                raise Malformed(f"line {n}: a token is not an object")
+            resource = need(t, "resource", str, n)
+            out[resource].append((start, granted, need(t, "token", int, n), mode, client))
+    return out
+
+
+def fenced_mutex(resource, holds, problems):
+    """Each grant above every token granted before its call started."""
+    rw = any(mode in ("read", "write") for _, _, _, mode, _ in holds)
+    by_grant = sorted(holds, key=lambda h: h[1])
+    times = [h[1] for h in by_grant]
+    # Running maxima, over every grant and over writes only, with whose.
+    top_any, top_write = [], []
+    best_any = best_write = None
+    for h in by_grant:
+        if best_any is None or h[2] > best_any[2]:
+            best_any = h
+        if h[3] == "write" and (best_write is None or h[2] > best_write[2]):
+            best_write = h
+        top_any.append(best_any)
+        top_write.append(best_write)
+    for start, granted, token, mode, client in holds:
+        before = bisect.bisect_left(times, start)
+        if before == 0:
+            continue
+        if rw and mode == "read":
+            earlier = top_write[before - 1]
+        else:
+            earlier = top_any[before - 1]
+        if earlier is not None and token <= earlier[2]:
+            problems.append(
+                f"token-regression on {resource}: client {client} ({mode}) called at "
+                f"{start:.3f} s and got token {token}, not above token {earlier[2]} granted "
+                f"to client {earlier[4]} at {earlier[1]:.3f} s"
+            )
+
+
+def fenced_store(events, problems):
+    """Accepted writes, counters, acts and reads of the PostgreSQL store."""
+    writes = defaultdict(list)
+    for w in sorted(events["write"], key=lambda w: need(w, "seq", int, w["_line"])):
+        n = w["_line"]
+        writes[need(w, "resource", str, n)].append(
+            (need(w, "token", int, n), need(w, "read", int, n), need(w, "client", int, n))
+        )
+    for resource, accepted in writes.items():
+        for i, (token, read, client) in enumerate(accepted):
+            if i > 0 and token <= accepted[i - 1][0]:
+                problems.append(
+                    f"stale-write on {resource}: write {i} (client {client}) token {token} "
+                    f"after token {accepted[i - 1][0]} in commit order"
+                )
+            if read != i:
+                problems.append(
+                    f"lost-update on {resource}: write {i} (client {client}, token {token}) "
+                    f"read {read}, {i} writes were accepted before it"
+                )
+    counters = {}
+    for c in events["counter"]:
+        n = c["_line"]
+        counters[need(c, "resource", str, n)] = need(c, "value", int, n)
+    for resource in sorted(set(counters) | set(writes)):
+        value, accepted = counters.get(resource), len(writes.get(resource, []))
+        if value != accepted:
+            problems.append(
+                f"lost-update on {resource}: the counter is {value}, {accepted} writes were accepted"
+            )
+    top = None
+    for a in sorted(events["act"], key=lambda a: need(a, "seq", int, a["_line"])):
+        term = need(a, "term", int, a["_line"])
+        if top is not None and term < top:
+            problems.append(f"stale-act on the leader's acts: term {term} accepted after term {top}")
+        top = term if top is None else max(top, term)
+    for r in events["read"]:
+        n = r["_line"]
+        resource, token = need(r, "resource", str, n), need(r, "token", int, n)
+        first, second = need(r, "first", int, n), need(r, "second", int, n)
+        below = sum(1 for t, _, _ in writes.get(resource, []) if t < token)
+        if first != second:
+            problems.append(f"torn-read on {resource}: token {token} saw {first}, then {second}")
+        if first != below:
+            problems.append(
+                f"stale-read on {resource}: token {token} saw {first}; "
+                f"{below} writes with lower tokens were accepted"
+            )
+
+
+def judge(lines):
+    """Every violation found, as text; raises Malformed."""
+    events = load(lines)
+    problems = []
+    for resource, holds in sorted(grants(events).items()):
+        fenced_mutex(resource, holds, problems)
+    fenced_store(events, problems)
+    return events, problems
+
+
+def main(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            events, problems = judge(f)
+    except OSError as e:
+        print(f"judge: cannot read {path}: {e}", file=sys.stderr)
+        return 2
+    except (Malformed, UnicodeDecodeError) as e:
+        print(f"judge: {path} is malformed: {e}", file=sys.stderr)
+        return 2
+    print(
+        f"judge: {path}: {len(events['hold'])} grants, {len(events['write'])} accepted writes, "
+        f"{len(events['act'])} acts, {len(events['read'])} reads: {len(problems)} violations"
+    )
+    for p in problems[:SHOWN]:
+        print(f"VIOLATION {p}")
+    return 1 if problems else 0
+
+
+def self_test():
+    """Small planted histories: each planted bug is found, the clean one
+    passes, a broken file is malformed."""
+    run = {"type": "run", "format": FORMAT, "instances": 5, "quorum": 3}
+
+    def hold(client, resource, token, start, granted, mode="exclusive"):
+        return {"type": "hold", "client": client, "mode": mode, "start": start,
+                "granted": granted, "tokens": [{"resource": resource, "token": token}]}
+
+    def write(seq, resource, token, read):
+        return {"type": "write", "seq": seq, "resource": resource, "token": token,
+                "client": 0, "read": read}
+
+    clean = [
+        run,
+        hold(0, "reg-0", 10, 0.0, 0.1),
+        hold(1, "reg-0", 20, 0.05, 0.5),  # called before the first returned: any token
+        hold(2, "reg-0", 30, 0.6, 0.7),
+        hold(0, "pool#0", 50, 0.0, 0.1, "permit"),
+        hold(1, "pool#1", 40, 0.2, 0.3, "permit"),  # another slot: its own sequence
+        hold(0, "doc", 5, 0.0, 0.1, "read"),
+        hold(1, "doc", 5, 0.2, 0.3, "read"),  # reads may tie
+        hold(2, "doc", 6, 0.4, 0.5, "write"),
+        write(0, "reg-0", 10, 0), write(1, "reg-0", 30, 1),
+        {"type": "counter", "resource": "reg-0", "value": 2},
+        {"type": "act", "seq": 0, "term": 3, "client": 0},
+        {"type": "act", "seq": 1, "term": 3, "client": 0},
+        {"type": "read", "seq": 0, "resource": "reg-0", "token": 20, "client": 1,
+         "first": 1, "second": 1},
+    ]
+    planted = {
+        "token-regression": [hold(3, "reg-0", 30, 0.8, 0.9)],
+        "token-regression ": [hold(3, "pool#0", 50, 0.2, 0.25, "permit")],
+        "token-regression  ": [hold(3, "doc", 6, 0.6, 0.7, "read")],
+        "stale-write": [write(2, "reg-0", 30, 2),
+                        {"type": "counter", "resource": "reg-0", "value": 3}],
+        "lost-update": [write(2, "reg-0", 40, 1),
+                        {"type": "counter", "resource": "reg-0", "value": 3}],
+        "lost-update ": [{"type": "counter", "resource": "reg-0", "value": 5}],
+        "stale-act": [{"type": "act", "seq": 2, "term": 2, "client": 1}],
+        "torn-read": [{"type": "read", "seq": 1, "resource": "reg-0", "token": 31,
+                       "client": 1, "first": 2, "second": 3}],
+    }
+    failures = []
+    _, found = judge(json.dumps(e) for e in clean)
+    if found:
+        failures.append(f"the clean history: {found}")
+    for name, extra in planted.items():
+        # A later event replaces an earlier counter of the same resource.
+        events = clean + extra
+        _, found = judge(json.dumps(e) for e in events)
+        if not any(p.startswith(name.strip() + " ") for p in found):
+            failures.append(f"{name.strip()} not found: {found}")
+    for broken in ([], ['{"type": "hold"}'], [json.dumps(run), "{not json"],
+                   [json.dumps(run), json.dumps(hold(0, "r", "ten", 0.0, 0.1))]):
+        try:
+            judge(broken)
+            failures.append(f"malformed history accepted: {broken}")
+        except Malformed:
+            pass
+    for f in failures:
+        print(f"SELF-TEST FAILED: {f}")
+    if not failures:
+        print(f"judge self-test: the clean history passes, {len(planted)} planted bugs found, "
+              "4 malformed histories refused")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--self-test"]:
+        sys.exit(self_test())
+    if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
+        print("usage: judge.py HISTORY.jsonl | --self-test", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(main(sys.argv[1]))
