@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use crate::client::Redlock;
 use crate::guard::{ReadGuard, WriteGuard};
 use crate::lock::lease::Lease;
-use crate::protocol::keys::Target;
+use crate::protocol::keys::{Keys, Target};
+use crate::protocol::scripts;
+use crate::transport::outgoing::Outgoing;
 use crate::{Error, LockOptions};
 
 impl Redlock {
@@ -151,6 +153,32 @@ impl RwLock {
                 wait_until,
             )
         };
-        self.client.acquire_by(&self.name, target, options)
+        let writer_keys = target
+            .as_ref()
+            .ok()
+            .filter(|t| t.rw_keys().is_some_and(|rw| rw.write))
+            .map(|t| t.members[0].keys.clone());
+        let result = self.client.acquire_by(&self.name, target, options);
+        if let (Err(_), Some(keys)) = (&result, writer_keys) {
+            self.withdraw(&keys, options.get_ttl());
+        }
+        result
+    }
+
+    /// A writer's call that ended without a grant takes back the wait it
+    /// may have marked on the instances, so readers are not kept out for
+    /// the rest of a TTL (`lua/rw_withdraw.lua`), and wakes them. Sent
+    /// without waiting: until the mark would have expired anyway.
+    fn withdraw(&self, keys: &Keys, ttl: Duration) {
+        let Some(rw) = keys.rw.as_deref() else {
+            return;
+        };
+        let shared = self.client.shared();
+        let pack = |sharded| scripts::rw_withdraw(keys, rw, sharded);
+        let on_cluster = || pack(true);
+        let out = Outgoing::to_slot(keys.slot, pack(false)).on_cluster(&on_cluster);
+        shared
+            .instances
+            .deliver(&out, Instant::now() + ttl, None, |_| true);
     }
 }

@@ -85,6 +85,45 @@ fn new_readers_queue_behind_a_waiting_writer() {
     assert!(write_token > read_token);
 }
 
+/// A waiting writer that is cancelled takes back its wait at once: a new
+/// reader is granted right after the call returns, not a TTL later. (The
+/// writer's mark stayed for the rest of its wait, up to a TTL, and kept
+/// every new reader out.)
+#[test]
+fn a_cancelled_writer_leaves_readers_free_at_once() {
+    let cluster = RedisServers::start(3);
+    let (a, b, c) = (client(&cluster), client(&cluster), client(&cluster));
+    let reading = a.rw_lock("q").read().unwrap();
+    let shutdown = redfence::Cancel::new();
+    let writer = {
+        let lock = b.rw_lock("q");
+        let options = LockOptions::new()
+            .wait(Duration::from_secs(60))
+            .cancel(&shutdown);
+        thread::spawn(move || lock.write_with(options).map(|w| w.token()))
+    };
+    let marked = || {
+        cluster
+            .iter()
+            .filter(|s| s.exists("redfence:rw:{q}:intent"))
+            .count()
+    };
+    assert!(common::eventually(Duration::from_secs(5), || marked() >= 2));
+    assert!(matches!(
+        c.rw_lock("q").try_read(),
+        Err(Error::Contended { .. })
+    ));
+    shutdown.cancel();
+    let result = writer.join().unwrap();
+    assert!(matches!(result, Err(Error::Cancelled { .. })), "{result:?}");
+    assert!(
+        common::eventually(Duration::from_secs(2), || marked() == 0),
+        "the cancelled writer's mark stayed"
+    );
+    let second = c.rw_lock("q").try_read().expect("a new reader gets in");
+    drop((second, reading));
+}
+
 /// Clients mix reads and writes on one lock: a writer never overlaps
 /// another guard, and each write's token exceeds every token granted
 /// before it.

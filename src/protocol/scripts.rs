@@ -24,6 +24,7 @@ const RW_ACQUIRE_SOURCE: &str = include_str!("../../lua/rw_acquire.lua");
 const RW_RELEASE_SOURCE: &str = include_str!("../../lua/rw_release.lua");
 const RW_EXTEND_SOURCE: &str = include_str!("../../lua/rw_extend.lua");
 const FORCE_RELEASE_SOURCE: &str = include_str!("../../lua/force_release.lua");
+const RW_WITHDRAW_SOURCE: &str = include_str!("../../lua/rw_withdraw.lua");
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
@@ -37,9 +38,10 @@ static RW_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_ACQUIRE_SO
 static RW_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_RELEASE_SOURCE));
 static RW_EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(RW_EXTEND_SOURCE));
 static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(FORCE_RELEASE_SOURCE));
+static RW_WITHDRAW: LazyLock<Script> = LazyLock::new(|| Script::new(RW_WITHDRAW_SOURCE));
 
 /// Sources of every script a worker connection preloads.
-pub(crate) const ALL_SOURCES: [&str; 12] = [
+pub(crate) const ALL_SOURCES: [&str; 13] = [
     TERM_SOURCE,
     ACQUIRE_SOURCE,
     RELEASE_SOURCE,
@@ -52,6 +54,7 @@ pub(crate) const ALL_SOURCES: [&str; 12] = [
     RW_RELEASE_SOURCE,
     RW_EXTEND_SOURCE,
     FORCE_RELEASE_SOURCE,
+    RW_WITHDRAW_SOURCE,
 ];
 
 /// How far ahead of an instance's clock the acquire script accepts the
@@ -368,6 +371,19 @@ pub(crate) fn term_and_announce(
 pub(crate) fn force_release(keys: &Keys, tag: &[u8], sharded: bool) -> (Arc<[u8]>, usize) {
     let mut pipe = redis::pipe();
     pipe.add_command(eval(&FORCE_RELEASE, &[&keys.lock], &[tag]));
+    pipe.cmd(announce_command(sharded))
+        .arg(&keys.channel)
+        .arg("1");
+    (pipe.get_packed_pipeline().into(), 2)
+}
+
+/// `lua/rw_withdraw.lua`: a writer's call that ended without a grant
+/// takes back its wait (the intent key, while it holds `call`), then the
+/// announcement that wakes the readers it kept waiting (`SPUBLISH` with
+/// `sharded`): two commands.
+pub(crate) fn rw_withdraw(keys: &Keys, rw: &RwKeys, sharded: bool) -> (Arc<[u8]>, usize) {
+    let mut pipe = redis::pipe();
+    pipe.add_command(eval(&RW_WITHDRAW, &[&rw.intent], &[rw.call.as_bytes()]));
     pipe.cmd(announce_command(sharded))
         .arg(&keys.channel)
         .arg("1");
