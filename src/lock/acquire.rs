@@ -138,9 +138,8 @@ impl<'a> Attempt<'a> {
     /// Sends the acquire to every instance and counts the votes until the
     /// outcome is decided (one instance timeout at most).
     fn vote(&self) -> AcquireTally {
-        let (cfg, value, ttl) = (&self.shared.cfg, &self.value, self.ttl);
+        let (cfg, value, keys_ttl) = (&self.shared.cfg, &self.value, self.keys_ttl);
         let proposal = self.shared.instances.clock_proposal();
-        let keys_ttl = self.keys_ttl;
         let pack = |t: &Target| {
             let acquire = scripts::acquire(t, value, keys_ttl, cfg.fence_idle, proposal);
             (acquire, 1)
@@ -148,9 +147,9 @@ impl<'a> Attempt<'a> {
         let combine = |subs: &[Target]| Combine::Acquire {
             undo: subs
                 .iter()
-                .map(|sub| scripts::release(sub, value, ttl))
+                .map(|sub| scripts::release(sub, value, keys_ttl))
                 .collect(),
-            undo_deadline: self.start + ttl,
+            undo_deadline: self.start + keys_ttl,
         };
         let out = Outgoing::about(self.target, pack(self.target), &pack).combined(&combine);
         let deadline = self.start + cfg.instance_timeout;
@@ -162,11 +161,15 @@ impl<'a> Attempt<'a> {
 
     /// Undoes the attempt on every instance but those `refused` says did
     /// not apply it, answered or not: a grant whose reply was lost must not
-    /// linger. Useless once the lease would have expired anyway.
+    /// linger. Its void key lives as long as the acquire's keys would (the
+    /// TTL, plus a hold), so the acquire landing later within that is
+    /// refused (`tests/model_grants.rs`: a void key shorter than the keys'
+    /// life leaves an orphan). Useless once the keys would have expired
+    /// anyway.
     fn release(&self, refused: impl Fn(usize) -> bool) {
-        let pack = |t: &Target| (scripts::release(t, &self.value, self.ttl), 1);
+        let pack = |t: &Target| (scripts::release(t, &self.value, self.keys_ttl), 1);
         let out = Outgoing::about(self.target, pack(self.target), &pack);
-        let until = self.start + self.ttl;
+        let until = self.start + self.keys_ttl;
         self.shared
             .instances
             .deliver(&out, until, None, |i| !refused(i));

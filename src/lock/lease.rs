@@ -271,7 +271,9 @@ pub(crate) fn send_release(
         .hold_until
         .map(|until| until.saturating_duration_since(Instant::now()))
         .filter(|rest| *rest >= Duration::from_millis(1));
-    let ttl = st.ttl;
+    // The void key, where a key was not ours, lives as long as the keys
+    // could: the acquire may still land (the TTL, or TTL + hold).
+    let ttl = st.ttl.max(lease.keys_ttl);
     let pack_for = |target: &Target, sharded: bool| match hold {
         Some(rest) => (scripts::release_hold(target, &lease.value, ttl, rest), 1),
         None => scripts::release_and_announce(target, &lease.value, ttl, sharded),
@@ -316,7 +318,7 @@ pub(crate) fn undo(shared: &Shared, lease: &Lease) {
     st.released = true;
     st.listeners.clear();
     lease.changed.notify_all();
-    let ttl = st.ttl;
+    let ttl = st.ttl.max(lease.keys_ttl);
     drop(st);
     let pack = |target: &Target, sharded: bool| {
         scripts::undo_and_announce(target, &lease.value, ttl, sharded)
