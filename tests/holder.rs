@@ -367,6 +367,11 @@ fn force_release_needs_a_quorum_and_leaves_foreign_keys_alone() {
     let net = Proxied::start(3);
     let locks = net.builder().build().unwrap();
     let _held = locks.lock("report").unwrap();
+    // The grant has landed everywhere (a quorum's replies return it).
+    assert!(eventually(Duration::from_secs(5), || holders(
+        &net.cluster,
+        "report"
+    ) == 3));
     net.set(&[0, 1], Fault::BlackHole);
     assert!(matches!(
         locks.force_release("report"),
