@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
+use crate::lock::moment::Moment;
 use crate::lock::shared::Shared;
 use crate::protocol::keys::{Keys, Target};
 use crate::protocol::majority::Quorum;
@@ -42,7 +43,8 @@ pub(crate) struct Grant {
     pub value: String,
     /// One per member, in the target's order.
     pub tokens: Vec<FencingToken>,
-    pub valid_until: Instant,
+    /// On the lease clock (`moment.rs`).
+    pub valid_until: Moment,
     /// How long the keys were set to live where the acquire landed.
     pub keys_ttl: Duration,
 }
@@ -116,7 +118,10 @@ struct Attempt<'a> {
     /// This attempt's lock value: the secret, then the identity.
     value: String,
     quorum: Quorum,
+    /// For the network's deadlines.
     start: Instant,
+    /// The same start on the lease clock, which the validity counts from.
+    began: Moment,
 }
 
 /// Each instance's vote on an acquire: its tokens, or the holder it named.
@@ -132,6 +137,7 @@ impl<'a> Attempt<'a> {
             value: crate::protocol::value::lock_value(&shared.cfg.identity),
             quorum: shared.instances.quorum(),
             start: Instant::now(),
+            began: Moment::now(),
         }
     }
 
@@ -260,9 +266,9 @@ impl<'a> Attempt<'a> {
         let ttl = self.ttl;
         let valid_until = ttl
             .checked_sub(self.shared.cfg.drift(ttl))
-            .and_then(|validity| self.start.checked_add(validity));
+            .and_then(|validity| self.began.checked_add(validity));
         match valid_until {
-            Some(valid_until) if Instant::now() < valid_until => Ok(Grant {
+            Some(valid_until) if Moment::now() < valid_until => Ok(Grant {
                 value: self.value,
                 tokens,
                 valid_until,

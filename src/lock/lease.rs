@@ -9,6 +9,7 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::lock::acquire::Grant;
+use crate::lock::moment::Moment;
 use crate::lock::shared::Shared;
 use crate::protocol::keys::Target;
 use crate::protocol::native;
@@ -27,7 +28,8 @@ pub(crate) struct Renewal {
     /// How long the last grant or extension is believed (see
     /// [`Lease::believed`]).
     pub believed: Duration,
-    pub valid_until: Instant,
+    /// On the lease clock (`moment.rs`), as every validity here.
+    pub valid_until: Moment,
     pub extensions: u32,
     /// Extension rounds failed since the last success.
     pub failed_rounds: u32,
@@ -40,13 +42,13 @@ pub(crate) struct Lease {
     /// One per member, in the target's order.
     pub tokens: Vec<FencingToken>,
     pub auto_extend: bool,
-    pub acquired_at: Instant,
+    pub acquired_at: Moment,
     /// The TTL the lease was acquired with: the only one its extensions
     /// are sent with natively (`native.rs`).
     native_ttl: Duration,
     /// A release before this keeps the keys until then
     /// ([`LockOptions::hold_at_least`]); `None` without a hold.
-    pub hold_until: Option<Instant>,
+    pub hold_until: Option<Moment>,
     /// How long the keys were set to live by the acquire (`Lifetime`).
     keys_ttl: Duration,
     /// The election this lease is the leadership of, if any: its loss is
@@ -62,7 +64,7 @@ pub(crate) struct Lease {
 /// What changes while a lease lives; read and decided on under one lock,
 /// only in this file.
 struct State {
-    valid_until: Instant,
+    valid_until: Moment,
     /// The TTL extensions ask for: the acquisition's, or the last one a
     /// caller's `extend()` asked for.
     ttl: Duration,
@@ -80,7 +82,7 @@ struct State {
 
 impl Lease {
     pub fn new(target: Target, grant: Grant, options: &LockOptions) -> Self {
-        let now = Instant::now();
+        let now = Moment::now();
         Lease {
             target,
             value: grant.value,
@@ -114,7 +116,7 @@ impl Lease {
     /// expired here, so every observer agrees from then on.
     pub fn refresh_loss(&self) -> Option<LossReason> {
         let mut st = self.state.lock();
-        self.loss_locked(&mut st, Instant::now())
+        self.loss_locked(&mut st, Moment::now())
     }
 
     /// What the watchdog schedules a lease by, copied under one lock;
@@ -158,7 +160,7 @@ impl Lease {
         true
     }
 
-    fn loss_locked(&self, st: &mut State, now: Instant) -> Option<LossReason> {
+    fn loss_locked(&self, st: &mut State, now: Moment) -> Option<LossReason> {
         if st.released {
             return Some(LossReason::Released);
         }
@@ -186,7 +188,7 @@ impl Lease {
         if st.released || st.lost.is_some() {
             return Duration::ZERO;
         }
-        st.valid_until.saturating_duration_since(Instant::now())
+        st.valid_until.saturating_duration_since(Moment::now())
     }
 
     fn mark_lost_locked(&self, st: &mut State, reason: LossReason) {
@@ -217,21 +219,23 @@ impl Lease {
         }
     }
 
-    /// Blocks until the lease is lost or `timeout` passes.
+    /// Blocks until the lease is lost or `timeout` passes. The timeout is
+    /// the caller's wait (`Instant`); the validity is on the lease clock.
     pub fn wait_lost(&self, timeout: Duration) -> Option<LossReason> {
         let deadline = Instant::now().checked_add(timeout);
         let mut st = self.state.lock();
         loop {
-            let now = Instant::now();
+            let now = Moment::now();
             if let Some(reason) = self.loss_locked(&mut st, now) {
                 return Some(reason);
             }
-            let wake = match deadline {
-                Some(d) if d <= now => return None,
-                Some(d) => d.min(st.valid_until),
-                None => st.valid_until,
+            let to_expiry = st.valid_until.saturating_duration_since(now);
+            let wait = match deadline {
+                Some(d) if d <= Instant::now() => return None,
+                Some(d) => d.saturating_duration_since(Instant::now()).min(to_expiry),
+                None => to_expiry,
             };
-            self.changed.wait_until(&mut st, wake);
+            self.changed.wait_for(&mut st, wait);
         }
     }
 
@@ -240,7 +244,7 @@ impl Lease {
     pub fn subscribe(&self) -> Receiver<LossReason> {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let mut st = self.state.lock();
-        match self.loss_locked(&mut st, Instant::now()) {
+        match self.loss_locked(&mut st, Moment::now()) {
             Some(LossReason::Released) => {}
             Some(reason) => {
                 let _ = tx.send(reason);
@@ -269,7 +273,7 @@ pub(crate) fn send_release(
     // still ours) and nothing is announced.
     let hold = lease
         .hold_until
-        .map(|until| until.saturating_duration_since(Instant::now()))
+        .map(|until| until.saturating_duration_since(Moment::now()))
         .filter(|rest| *rest >= Duration::from_millis(1));
     // The void key, where a key was not ours, lives as long as the keys
     // could: the acquire may still land (the TTL, or TTL + hold).
@@ -289,14 +293,14 @@ pub(crate) fn send_release(
         .on_cluster(&on_cluster);
     // A lease past its validity that nobody observed yet is lost, exactly
     // as if the watchdog had got there first.
-    let was_lost = lease.loss_locked(&mut st, Instant::now()).is_some();
+    let was_lost = lease.loss_locked(&mut st, Moment::now()).is_some();
     telemetry::lease_released(lease.acquired_at.elapsed(), was_lost);
     st.released = true;
     st.listeners.clear();
     lease.changed.notify_all();
     // Worth delivering until the key would have expired anyway: a TTL
     // from now, or from the hold's end (the keys outlive it by a TTL).
-    let deadline = Instant::now().max(lease.hold_until.unwrap_or(lease.acquired_at)) + st.ttl;
+    let deadline = Instant::now() + hold.unwrap_or(Duration::ZERO) + st.ttl;
     let round = wait.then(|| Round::new_for(&shared.instances, yes_no));
     let sink = round.clone().map(|r| -> Sink { r });
     shared
@@ -328,7 +332,7 @@ pub(crate) fn undo(shared: &Shared, lease: &Lease) {
     let out =
         Outgoing::about(&lease.target, pack(&lease.target, false), &part).on_cluster(&on_cluster);
     // The keys live at most this long (`Lifetime`): no use after.
-    let until = lease.acquired_at + lease.keys_ttl;
+    let until = Instant::now() + lease.keys_ttl.saturating_sub(lease.acquired_at.elapsed());
     shared.instances.deliver(&out, until, None, |_| true);
 }
 
@@ -363,7 +367,10 @@ pub(crate) fn release(shared: &Shared, lease: &Lease) -> Result<(), Error> {
 pub(crate) struct PendingExtend<'a> {
     lease: &'a Lease,
     _serial: MutexGuard<'a, ()>,
+    /// For the round's deadline.
     start: Instant,
+    /// The same start on the lease clock: the new validity counts from it.
+    began: Moment,
     ttl: Duration,
     round: Arc<Round<(), ()>>,
 }
@@ -398,9 +405,10 @@ fn send_extend<'a>(
     serial: MutexGuard<'a, ()>,
 ) -> Result<PendingExtend<'a>, Error> {
     let start = Instant::now();
+    let began = Moment::now();
     let pack = |target: &Target| (scripts::extend(target, &lease.value, ttl), 1);
     let mut st = lease.state.lock();
-    if let Some(reason) = lease.loss_locked(&mut st, start) {
+    if let Some(reason) = lease.loss_locked(&mut st, began) {
         return Err(lease.lost_error(reason));
     }
     // SET … IFEQ … PX sets the expiry it is given, where the script only
@@ -411,7 +419,7 @@ fn send_extend<'a>(
     // one would cut short (`tests/model_lease.rs`).
     let native = (ttl == lease.native_ttl
         && lease.hold_until.is_none()
-        && st.valid_until <= start + ttl
+        && st.valid_until <= began + ttl
         && shared.instances.extends_natively())
     .then(|| native::extend(&lease.target, &lease.value, ttl))
     .flatten();
@@ -425,6 +433,7 @@ fn send_extend<'a>(
         lease,
         _serial: serial,
         start,
+        began,
         ttl,
         round,
     })
@@ -445,11 +454,11 @@ impl PendingExtend<'_> {
         let tally = self.round.wait(deadline);
         let lease = self.lease;
         let quorum = shared.instances.quorum();
-        let now = Instant::now();
+        let now = Moment::now();
         let mut st = lease.state.lock();
         let believed = lease.believed(&st, self.ttl);
         let validity = believed.saturating_sub(shared.cfg.drift(believed));
-        let new_valid = self.start + validity;
+        let new_valid = self.began + validity;
         if let Some(reason) = lease.loss_locked(&mut st, now) {
             return Err(lease.lost_error(reason));
         }

@@ -7,6 +7,7 @@
 pub(crate) mod acquire;
 pub(crate) mod config;
 pub(crate) mod lease;
+pub(crate) mod moment;
 pub(crate) mod retry;
 pub(crate) mod shared;
 pub(crate) mod watchdog;

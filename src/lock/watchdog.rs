@@ -15,11 +15,12 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
 use crate::lock::lease::{try_begin_extend, Lease, Renewal};
+use crate::lock::moment::Moment;
 use crate::lock::shared::Shared;
 use crate::LossReason;
 
@@ -70,20 +71,20 @@ impl Drop for Watchdog {
 /// equal times apart).
 #[derive(Default)]
 struct Timers {
-    due: BTreeMap<(Instant, u64), Weak<Lease>>,
+    due: BTreeMap<(Moment, u64), Weak<Lease>>,
     seq: u64,
     stopping: bool,
 }
 
 impl Timers {
     /// Takes out every lease due by `now` that is still alive.
-    fn take_due(&mut self, now: Instant) -> Vec<Arc<Lease>> {
+    fn take_due(&mut self, now: Moment) -> Vec<Arc<Lease>> {
         let later = self.due.split_off(&(now, u64::MAX));
         let due = std::mem::replace(&mut self.due, later);
         due.into_values().filter_map(|w| w.upgrade()).collect()
     }
 
-    fn next_due(&self) -> Option<Instant> {
+    fn next_due(&self) -> Option<Moment> {
         self.due.keys().next().map(|(at, _)| *at)
     }
 }
@@ -97,7 +98,7 @@ struct Core {
 }
 
 impl Core {
-    fn schedule(&self, at: Instant, lease: Weak<Lease>) {
+    fn schedule(&self, at: Moment, lease: Weak<Lease>) {
         let mut timers = self.timers.lock();
         let first = timers.next_due().is_none_or(|next| at < next);
         timers.seq += 1;
@@ -126,9 +127,9 @@ impl Core {
     }
 
     /// When to send a lease's next extension round.
-    fn renewal_time(&self, r: &Renewal) -> Instant {
+    fn renewal_time(&self, r: &Renewal) -> Moment {
         if r.failed_rounds > 0 {
-            return Instant::now() + self.retry_interval(r.ttl);
+            return Moment::now() + self.retry_interval(r.ttl);
         }
         // Renew once a third of the believed TTL has passed since the last
         // grant or extension: of what the validity rests on, not of what
@@ -190,7 +191,7 @@ impl Core {
     /// succeeds meanwhile resets its failed rounds and its validity.
     fn after_failure(&self, lease: &Lease) {
         let cfg = &self.shared.cfg;
-        let now = Instant::now();
+        let now = Moment::now();
         lease.mark_lost_if(LossReason::ExtensionFailed, |r| {
             let out_of_retries = r.failed_rounds > cfg.extend_retries;
             let next_retry_end = now + self.retry_interval(r.ttl) + cfg.instance_timeout;
@@ -208,10 +209,12 @@ impl Runner {
         let core = &self.core;
         let mut timers = core.timers.lock();
         while !timers.stopping {
-            let due = timers.take_due(Instant::now());
+            let now = Moment::now();
+            let due = timers.take_due(now);
             if due.is_empty() {
-                let until = timers.next_due().unwrap_or_else(|| Instant::now() + IDLE);
-                core.changed.wait_until(&mut timers, until);
+                let until = timers.next_due().unwrap_or(now + IDLE);
+                core.changed
+                    .wait_for(&mut timers, until.saturating_duration_since(now));
                 continue;
             }
             drop(timers);
