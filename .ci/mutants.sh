@@ -262,7 +262,7 @@ m watchdog-never-marks-lost src/lock/watchdog.rs "lock lease fencing" \
   'false && out_of_retries && next_retry_end >= r.valid_until'
 
 m no-validity-check-removed src/lock/acquire.rs "lock lease fencing" \
-  'Some(valid_until) if Instant::now() < valid_until =>' \
+  'Some(valid_until) if Moment::now() < valid_until =>' \
   'Some(valid_until) =>'
 
 m quorum-minus-one src/protocol/majority.rs "lock waiting lease" \
@@ -365,7 +365,7 @@ m native-refusal-not-retried src/transport/instance.rs "native" \
   'if false {' valkey-9.1.2
 
 m native-extension-under-a-longer-belief src/lock/lease.rs "native" \
-  '&& st.valid_until <= start + ttl' \
+  '&& st.valid_until <= began + ttl' \
   '&& true' valkey-9.1.2
 
 m native-longer-round-believed-in-full src/lock/lease.rs "native" \
