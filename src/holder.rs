@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use crate::lock::shared::Shared;
-use crate::protocol::keys::Keys;
+use crate::protocol::keys::{Keys, RwKeys};
 use crate::protocol::majority::Quorum;
 use crate::protocol::scripts;
 use crate::transport::outgoing::Outgoing;
@@ -178,7 +178,15 @@ fn agreed_holder(
     quorum: Quorum,
     elapsed: Duration,
 ) -> Option<Holder> {
+    agreed_values(readings, quorum, elapsed).into_iter().next()
+}
+
+/// Every value held on a quorum of the readings (an instance may give
+/// several: the readers of an rw lock), each as a holder, in the order
+/// first read.
+fn agreed_values(readings: &[(usize, Reading)], quorum: Quorum, elapsed: Duration) -> Vec<Holder> {
     type Seen = (usize, Option<Duration>, Option<u64>);
+    let mut order: Vec<&[u8]> = Vec::new();
     let mut by_value: HashMap<&[u8], (&str, Vec<Seen>)> = HashMap::new();
     for (index, reading) in readings {
         if let Reading::Held {
@@ -188,30 +196,160 @@ fn agreed_holder(
             tag,
         } = reading
         {
-            by_value
-                .entry(tag.as_slice())
-                .or_insert_with(|| (identity.as_str(), Vec::new()))
-                .1
-                .push((*index, *pttl, *counter));
+            let entry = by_value.entry(tag.as_slice()).or_insert_with(|| {
+                order.push(tag.as_slice());
+                (identity.as_str(), Vec::new())
+            });
+            entry.1.push((*index, *pttl, *counter));
         }
     }
-    let (tag, (identity, mut held)) = by_value
+    order
         .into_iter()
-        .find(|(_, (_, h))| quorum.reached(h.len()))?;
-    held.sort_by_key(|(index, _, _)| *index);
-    let mut ttls: Vec<Duration> = held
+        .filter_map(|tag| {
+            let (identity, mut held) = by_value.remove(tag)?;
+            held.sort_by_key(|(index, _, _)| *index);
+            held.dedup_by_key(|(index, _, _)| *index);
+            if !quorum.reached(held.len()) {
+                return None;
+            }
+            let mut ttls: Vec<Duration> = held
+                .iter()
+                .map(|(_, ttl, _)| ttl.unwrap_or(Duration::MAX))
+                .collect();
+            let counter = held.iter().filter_map(|(_, _, c)| *c).max();
+            // Descending: the quorum-th longest is what a quorum agrees on.
+            ttls.sort_by(|a, b| b.cmp(a));
+            let ttl = ttls.get(quorum.size() - 1)?.saturating_sub(elapsed);
+            Some(Holder {
+                identity: (!identity.is_empty()).then(|| identity.to_string()),
+                ttl,
+                instances: held.into_iter().map(|(index, _, _)| index).collect(),
+                counter,
+                tag: tag.to_vec(),
+            })
+        })
+        .collect()
+}
+
+// --- Reader-writer locks -----------------------------------------------------
+
+/// What [`RwLock::force_release`](crate::RwLock::force_release) revoked:
+/// the writer and the readers that held the lock on a quorum.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RwHolders {
+    /// The writer, if one held it.
+    pub writer: Option<Holder>,
+    /// The readers, in the order first read.
+    pub readers: Vec<Holder>,
+}
+
+/// One instance's answer to `lua/rw_holders.lua`: (is the writer, reading)
+/// per holder.
+fn classify_rw(values: &[Value]) -> Vote<Vec<(bool, Reading)>, ()> {
+    if let Some(vote) = error_reply(values) {
+        return vote;
+    }
+    let [Value::Array(items)] = values else {
+        return unexpected("rw_holders", values);
+    };
+    let mut out = Vec::with_capacity(items.len() / 4);
+    for chunk in items.chunks(4) {
+        let [Value::BulkString(kind), Value::Int(pttl), Value::BulkString(identity), Value::BulkString(tag)] =
+            chunk
+        else {
+            return unexpected("rw_holders", values);
+        };
+        let reading = Reading::Held {
+            pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+            identity: String::from_utf8_lossy(identity).into_owned(),
+            counter: None,
+            tag: tag.clone(),
+        };
+        out.push((kind.as_slice() == b"w", reading));
+    }
+    Vote::Yes(out)
+}
+
+/// Reads the writer and readers of rw lock `name` on every instance, then
+/// deletes the values held on a quorum wherever they still are, and
+/// nothing else (`lua/rw_force_release.lua`).
+pub(crate) fn rw_force_release(
+    shared: &Shared,
+    name: &str,
+    keys: &Keys,
+    rw: &RwKeys,
+) -> Result<RwHolders, Error> {
+    shared.warmup.wait();
+    let start = Instant::now();
+    let deadline = shared.round_deadline();
+    let out = Outgoing::to_slot(keys.slot, (scripts::rw_holders(keys, rw), 1));
+    let tally = shared
+        .instances
+        .round(&out, deadline, classify_rw)
+        .wait_all(deadline);
+    let quorum = shared.instances.quorum();
+    let wrong_type = tally.has_wrong_type();
+    if wrong_type || !quorum.reached(tally.yes.len()) {
+        return Err(refusal(
+            name,
+            quorum,
+            tally.yes.len(),
+            tally.failed,
+            wrong_type,
+        ));
+    }
+    let (mut writers, mut readers) = (Vec::new(), Vec::new());
+    for (index, answers) in tally.yes {
+        for (is_writer, reading) in answers {
+            let list = if is_writer {
+                &mut writers
+            } else {
+                &mut readers
+            };
+            list.push((index, reading));
+        }
+    }
+    let revoked = RwHolders {
+        writer: agreed_holder(&writers, quorum, start.elapsed()),
+        readers: agreed_values(&readers, quorum, start.elapsed()),
+    };
+    let tags: Vec<&[u8]> = revoked
+        .writer
         .iter()
-        .map(|(_, ttl, _)| ttl.unwrap_or(Duration::MAX))
+        .chain(&revoked.readers)
+        .map(|h| h.tag.as_slice())
         .collect();
-    let counter = held.iter().filter_map(|(_, _, c)| *c).max();
-    // Descending: the quorum-th longest is what a quorum agrees on.
-    ttls.sort_by(|a, b| b.cmp(a));
-    let ttl = ttls[quorum.size() - 1].saturating_sub(elapsed);
-    Some(Holder {
-        identity: (!identity.is_empty()).then(|| identity.to_string()),
-        ttl,
-        instances: held.into_iter().map(|(index, _, _)| index).collect(),
-        counter,
-        tag: tag.to_vec(),
-    })
+    if tags.is_empty() {
+        return Ok(revoked);
+    }
+    let pack = |sharded| scripts::rw_force_release(keys, rw, &tags, sharded);
+    let on_cluster = || pack(true);
+    let out = Outgoing::to_slot(keys.slot, pack(false)).on_cluster(&on_cluster);
+    let deadline = shared.round_deadline();
+    let tally = shared
+        .instances
+        .round(&out, deadline, deleted)
+        .wait_all(deadline);
+    if !quorum.reached(tally.yes.len()) {
+        return Err(refusal(name, quorum, tally.yes.len(), tally.failed, false));
+    }
+    Ok(revoked)
+}
+
+/// Too few answers, or a key of another type under the lock's name.
+fn refusal(
+    name: &str,
+    quorum: Quorum,
+    answered: usize,
+    failed: Vec<crate::InstanceError>,
+    wrong_type: bool,
+) -> Error {
+    if wrong_type {
+        return Error::WrongType {
+            resource: name.to_string(),
+            errors: failed,
+        };
+    }
+    Error::unavailable(name, quorum.size(), answered, failed)
 }

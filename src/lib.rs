@@ -201,7 +201,7 @@ pub use election::{Election, LeaderEvent, LeaderInfo, Leadership};
 pub use error::{Error, InstanceError, InstanceErrorKind, LossReason};
 pub use fenced::{fenced_get, fenced_set};
 pub use guard::{LockGuard, MultiGuard, Permit, ReadGuard, WriteGuard};
-pub use holder::Holder;
+pub use holder::{Holder, RwHolders};
 pub use lock::config::MAX_TTL;
 pub use options::LockOptions;
 pub use position::Position;

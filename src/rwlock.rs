@@ -135,6 +135,36 @@ impl RwLock {
         Ok(WriteGuard::new(shared, lease, keep))
     }
 
+    /// Revokes the writer and every reader that hold this lock on a
+    /// quorum, as [`Redlock::force_release`] does for a lock: for an
+    /// operator, after a holder crashed with a long TTL. Their values are
+    /// read, then deleted where they still are, and nothing else: a delete
+    /// landing late cannot take a later holder's grant. The counter stays,
+    /// so the next grant's token is above theirs. Returns whom it revoked.
+    ///
+    /// Not for holders still working (each believes it holds until its next
+    /// extension fails). Fails with [`Error::Unavailable`] when fewer than a
+    /// quorum answered, [`Error::WrongType`] for a key of another type.
+    ///
+    /// ```no_run
+    /// # let locks = redfence::Redlock::new(["redis://127.0.0.1:7001"])?;
+    /// let revoked = locks.rw_lock("catalog").force_release()?;
+    /// if let Some(writer) = revoked.writer {
+    ///     println!("revoked the writer {:?}", writer.identity);
+    /// }
+    /// println!("and {} readers", revoked.readers.len());
+    /// # Ok::<(), redfence::Error>(())
+    /// ```
+    pub fn force_release(&self) -> Result<crate::RwHolders, Error> {
+        let shared = self.client.shared();
+        let target = Target::rw(&shared.cfg.prefix, &self.name, false, None)?;
+        let keys = &target.members[0].keys;
+        let Some(rw) = keys.rw.as_deref() else {
+            return Ok(crate::RwHolders::default());
+        };
+        crate::holder::rw_force_release(shared, &self.name, keys, rw)
+    }
+
     fn defaults(&self) -> LockOptions {
         self.client.shared().cfg.defaults
     }

@@ -125,6 +125,43 @@ impl Semaphore {
     }
 }
 
+impl Semaphore {
+    /// Revokes the holder of every slot held on a quorum, as
+    /// [`Redlock::force_release`] does for a lock: for an operator, after a
+    /// holder of a permit crashed with a long TTL. Each slot is a lock of
+    /// its own: its holder's value is read, then deleted where it is still
+    /// there, and nothing else (a delete landing late cannot take a later
+    /// holder's permit). The counters stay. Returns each revoked slot with
+    /// its holder, in slot order.
+    ///
+    /// Not for a holder that is still working (it believes it holds its
+    /// permit until its next extension fails). Fails with
+    /// [`Error::Unavailable`] when fewer than a quorum answered for a slot
+    /// (the slots before it were revoked), [`Error::InvalidOptions`] for a
+    /// bad count.
+    ///
+    /// ```no_run
+    /// # let locks = redfence::Redlock::new(["redis://127.0.0.1:7001"])?;
+    /// for (slot, holder) in locks.semaphore("payments-api", 3).force_release()? {
+    ///     println!("slot {slot}: revoked {:?}", holder.identity);
+    /// }
+    /// # Ok::<(), redfence::Error>(())
+    /// ```
+    pub fn force_release(&self) -> Result<Vec<(u32, crate::Holder)>, Error> {
+        let shared = self.client.shared();
+        let step = PermitStep::new(&shared.cfg.prefix, &self.name, self.permits)?;
+        let mut revoked = Vec::new();
+        for slot in 0..self.permits {
+            let target = Target::permit(&step.prefix, &step.name, slot);
+            let keys = &target.members[0].keys;
+            if let Some(holder) = crate::holder::force_release(shared, &target.name, keys)? {
+                revoked.push((slot, holder));
+            }
+        }
+        Ok(revoked)
+    }
+}
+
 /// The attempts of one permit acquisition.
 struct PermitStep {
     prefix: String,

@@ -1514,6 +1514,54 @@ fn unlock_deletes_a_lock_held_elsewhere_and_keeps_the_counter() {
     assert!(stderr(&out).contains("report"), "{}", stderr(&out));
 }
 
+/// `redfence unlock --permits N` and `--rw` revoke a crashed holder's
+/// permits and a crashed writer, naming each; the plain form on a
+/// semaphore's name releases nothing, and says so.
+#[test]
+fn unlock_frees_permits_and_rw_locks() {
+    let cluster = RedisServers::start(3);
+    let crashed = builder(&cluster).identity("stuck:7").build().unwrap();
+    let long = redfence::LockOptions::new()
+        .ttl(Duration::from_secs(120))
+        .auto_extend(false);
+    std::mem::forget(crashed.semaphore("pool", 2).acquire_with(long).unwrap());
+    std::mem::forget(crashed.rw_lock("doc").write_with(long).unwrap());
+
+    let out = output(redfence(&cluster).args(["unlock", "pool"]));
+    assert_eq!(code(out.status), 0, "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out).trim(),
+        "pool: nothing to release (no holder on a quorum)"
+    );
+    let out = output(redfence(&cluster).args(["unlock", "--permits", "2", "pool"]));
+    assert_eq!(code(out.status), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).trim().starts_with("pool: released slot ")
+            && stdout(&out).trim().ends_with("(held by stuck:7)"),
+        "{}",
+        stdout(&out)
+    );
+    let out = output(redfence(&cluster).args(["unlock", "--rw", "doc"]));
+    assert_eq!(code(out.status), 0, "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out).trim(),
+        "doc: released the writer (held by stuck:7)"
+    );
+    let locks = client(&cluster);
+    drop(
+        locks
+            .semaphore("pool", 2)
+            .try_acquire()
+            .expect("a permit is free"),
+    );
+    drop(
+        locks
+            .rw_lock("doc")
+            .try_write()
+            .expect("the rw lock is free"),
+    );
+}
+
 /// A wrong password on every instance is a configuration error, not an
 /// outage: `run` with an hour to wait exits 78 at once, says what to check,
 /// and never shows the password.

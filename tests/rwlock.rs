@@ -234,3 +234,44 @@ fn bad_input_is_a_clear_error_and_writes_nothing() {
     ));
     assert!(cluster.server(0).keys("*").is_empty());
 }
+
+/// An operator's unlock of an rw lock revokes a crashed writer, then
+/// crashed readers, naming each; a new grant follows at once, its token
+/// above theirs.
+#[test]
+fn force_release_revokes_the_writer_and_the_readers() {
+    let cluster = RedisServers::start(3);
+    let crashed = common::builder(&cluster)
+        .identity("crashed")
+        .build()
+        .unwrap();
+    let long = LockOptions::new()
+        .ttl(Duration::from_secs(120))
+        .auto_extend(false);
+    let lock = crashed.rw_lock("doc");
+    let writer = lock.write_with(long).unwrap();
+    let written = writer.token();
+    std::mem::forget(writer);
+    let operator = client(&cluster).rw_lock("doc");
+    assert!(matches!(operator.try_read(), Err(Error::Contended { .. })));
+    let revoked = operator.force_release().expect("a quorum answers");
+    let writer = revoked.writer.expect("the writer is named");
+    assert_eq!(writer.identity.as_deref(), Some("crashed"));
+    assert!(revoked.readers.is_empty());
+
+    let readers: Vec<FencingToken> = (0..2)
+        .map(|_| {
+            let read = lock.read_with(long).unwrap();
+            let token = read.token();
+            std::mem::forget(read);
+            token
+        })
+        .collect();
+    assert!(readers.iter().all(|t| *t > written));
+    assert!(matches!(operator.try_write(), Err(Error::Contended { .. })));
+    let revoked = operator.force_release().expect("a quorum answers");
+    assert!(revoked.writer.is_none());
+    assert_eq!(revoked.readers.len(), 2);
+    let write = operator.try_write().expect("the lock is free at once");
+    assert!(readers.iter().all(|t| write.token() > *t));
+}

@@ -200,3 +200,42 @@ fn a_lost_permit_frees_its_slot_for_the_next_caller() {
     assert!(matches!(held.release(), Err(Error::Lost { .. })));
     next.release().unwrap();
 }
+
+/// An operator's unlock frees the permits of a holder that crashed with a
+/// long TTL: both slots are revoked and named, a new caller gets a permit
+/// at once, with a token above the revoked one's on its slot.
+#[test]
+fn force_release_frees_the_permits_of_a_crashed_holder() {
+    let cluster = RedisServers::start(3);
+    let crashed = common::builder(&cluster)
+        .identity("crashed-worker")
+        .build()
+        .unwrap();
+    let long = LockOptions::new()
+        .ttl(Duration::from_secs(120))
+        .auto_extend(false);
+    let pool = crashed.semaphore("pool", 2);
+    let mut tokens = HashMap::new();
+    for _ in 0..2 {
+        let permit = pool.acquire_with(long).unwrap();
+        tokens.insert(permit.slot(), permit.token());
+        std::mem::forget(permit);
+    }
+    let operator = client(&cluster).semaphore("pool", 2);
+    assert!(matches!(
+        operator.try_acquire(),
+        Err(Error::Contended { .. })
+    ));
+    let revoked = operator.force_release().expect("a quorum answers");
+    let slots: Vec<u32> = revoked.iter().map(|(slot, _)| *slot).collect();
+    assert_eq!(slots, [0, 1]);
+    assert!(revoked
+        .iter()
+        .all(|(_, h)| h.identity.as_deref() == Some("crashed-worker")));
+    let permit = operator.try_acquire().expect("a permit is free at once");
+    assert!(permit.token() > tokens[&permit.slot()]);
+    assert!(
+        operator.force_release().unwrap().len() == 1,
+        "only the new one"
+    );
+}

@@ -25,6 +25,8 @@ const RW_RELEASE_SOURCE: &str = include_str!("../../lua/rw_release.lua");
 const RW_EXTEND_SOURCE: &str = include_str!("../../lua/rw_extend.lua");
 const FORCE_RELEASE_SOURCE: &str = include_str!("../../lua/force_release.lua");
 const RW_WITHDRAW_SOURCE: &str = include_str!("../../lua/rw_withdraw.lua");
+const RW_HOLDERS_SOURCE: &str = include_str!("../../lua/rw_holders.lua");
+const RW_FORCE_RELEASE_SOURCE: &str = include_str!("../../lua/rw_force_release.lua");
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
@@ -39,9 +41,11 @@ static RW_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_RELEASE_SO
 static RW_EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(RW_EXTEND_SOURCE));
 static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(FORCE_RELEASE_SOURCE));
 static RW_WITHDRAW: LazyLock<Script> = LazyLock::new(|| Script::new(RW_WITHDRAW_SOURCE));
+static RW_HOLDERS: LazyLock<Script> = LazyLock::new(|| Script::new(RW_HOLDERS_SOURCE));
+static RW_FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_FORCE_RELEASE_SOURCE));
 
 /// Sources of every script a worker connection preloads.
-pub(crate) const ALL_SOURCES: [&str; 13] = [
+pub(crate) const ALL_SOURCES: [&str; 15] = [
     TERM_SOURCE,
     ACQUIRE_SOURCE,
     RELEASE_SOURCE,
@@ -55,6 +59,8 @@ pub(crate) const ALL_SOURCES: [&str; 13] = [
     RW_EXTEND_SOURCE,
     FORCE_RELEASE_SOURCE,
     RW_WITHDRAW_SOURCE,
+    RW_HOLDERS_SOURCE,
+    RW_FORCE_RELEASE_SOURCE,
 ];
 
 /// How far ahead of an instance's clock the acquire script accepts the
@@ -384,6 +390,29 @@ pub(crate) fn force_release(keys: &Keys, tag: &[u8], sharded: bool) -> (Arc<[u8]
 pub(crate) fn rw_withdraw(keys: &Keys, rw: &RwKeys, sharded: bool) -> (Arc<[u8]>, usize) {
     let mut pipe = redis::pipe();
     pipe.add_command(eval(&RW_WITHDRAW, &[&rw.intent], &[rw.call.as_bytes()]));
+    pipe.cmd(announce_command(sharded))
+        .arg(&keys.channel)
+        .arg("1");
+    (pipe.get_packed_pipeline().into(), 2)
+}
+
+/// `lua/rw_holders.lua`: the writer and the live readers of the rw lock
+/// of `keys`, read-only.
+pub(crate) fn rw_holders(keys: &Keys, rw: &RwKeys) -> Arc<[u8]> {
+    packed(&RW_HOLDERS, &[&keys.lock, &rw.readers], &[])
+}
+
+/// `lua/rw_force_release.lua`: deletes the writer and the reader entries
+/// whose values' SHA1s are `tags` (what the call read on a quorum), then
+/// the announcement that wakes waiters: two commands.
+pub(crate) fn rw_force_release(
+    keys: &Keys,
+    rw: &RwKeys,
+    tags: &[&[u8]],
+    sharded: bool,
+) -> (Arc<[u8]>, usize) {
+    let mut pipe = redis::pipe();
+    pipe.add_command(eval(&RW_FORCE_RELEASE, &[&keys.lock, &rw.readers], tags));
     pipe.cmd(announce_command(sharded))
         .arg(&keys.channel)
         .arg("1");

@@ -243,7 +243,22 @@ pub struct DoctorArgs {
 
 #[derive(Debug, Args)]
 pub struct UnlockArgs {
-    /// The resource whose lock to delete.
+    /// Unlock the semaphore RESOURCE of N permits instead of the lock:
+    /// every slot held on a quorum.
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_PERMITS))
+    )]
+    pub permits: Option<u32>,
+
+    /// Unlock the reader-writer lock RESOURCE instead of the lock: its
+    /// writer and every reader.
+    #[arg(long, conflicts_with = "permits")]
+    pub rw: bool,
+
+    /// The resource whose holder to revoke (the semaphore with --permits,
+    /// the reader-writer lock with --rw).
     pub resource: String,
 }
 

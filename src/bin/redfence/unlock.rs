@@ -1,7 +1,10 @@
-//! `redfence unlock`: revokes a resource's holder, deleting the lock value
-//! it read on a quorum and nothing else (after a crashed holder with a long
-//! TTL, or a hold that must end early). The fence counter stays, so tokens
-//! keep increasing.
+//! `redfence unlock`: revokes a resource's holder (a lock's, each slot of a
+//! semaphore's with `--permits`, an rw lock's writer and readers with
+//! `--rw`), deleting the values it read on a quorum and nothing else (after
+//! a crashed holder with a long TTL, or a hold that must end early). The
+//! fence counters stay, so tokens keep increasing.
+
+use redfence::Holder;
 
 use crate::cli::{Common, UnlockArgs};
 use crate::client;
@@ -12,22 +15,41 @@ pub fn unlock(common: &Common, args: &UnlockArgs) -> Result<u8, Failure> {
         return Err(Failure::new(USAGE, "the resource name is empty"));
     }
     let locks = client::Target::from_options(common)?.client(common)?;
-    let held = locks
-        .force_release(&args.resource)
-        .map_err(|e| Failure::from_lock_error(&e, USAGE, USAGE))?;
-    match held {
-        Some(holder) => out!(
-            "{}: released (held by {})",
-            args.resource,
-            holder
-                .identity
-                .as_deref()
-                .unwrap_or("a holder without an identity")
-        ),
-        None => out!(
-            "{}: nothing to release (no holder on a quorum)",
-            args.resource
-        ),
+    let failed = |e: redfence::Error| Failure::from_lock_error(&e, USAGE, USAGE);
+    let name = &args.resource;
+    let revoked: Vec<(String, Holder)> = if let Some(permits) = args.permits {
+        let slots = locks
+            .semaphore(name, permits)
+            .force_release()
+            .map_err(failed)?;
+        slots
+            .into_iter()
+            .map(|(slot, h)| (format!("slot {slot}"), h))
+            .collect()
+    } else if args.rw {
+        let held = locks.rw_lock(name).force_release().map_err(failed)?;
+        let writer = held.writer.map(|h| ("the writer".to_string(), h));
+        let readers = held
+            .readers
+            .into_iter()
+            .map(|h| ("a reader".to_string(), h));
+        writer.into_iter().chain(readers).collect()
+    } else {
+        let held = locks.force_release(name).map_err(failed)?;
+        held.map(|h| (String::new(), h)).into_iter().collect()
+    };
+    if revoked.is_empty() {
+        out!("{name}: nothing to release (no holder on a quorum)");
+    }
+    for (what, holder) in revoked {
+        let by = holder
+            .identity
+            .as_deref()
+            .unwrap_or("a holder without an identity");
+        match what.as_str() {
+            "" => out!("{name}: released (held by {by})"),
+            what => out!("{name}: released {what} (held by {by})"),
+        }
     }
     Ok(0)
 }
