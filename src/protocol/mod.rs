@@ -7,6 +7,9 @@ pub(crate) mod clock;
 pub(crate) mod keys;
 pub(crate) mod majority;
 pub(crate) mod native;
+// Read by tests/request_kinds.rs only, through `testing::request_kinds`.
+#[cfg(feature = "testing")]
+pub(crate) mod requests;
 pub(crate) mod scripts;
 pub(crate) mod slot;
 pub(crate) mod split;

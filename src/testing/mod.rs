@@ -91,6 +91,16 @@ pub use server::{server_program, RedisServer, ServerOptions, LIBFAKETIME_ENV, SE
 pub use servers::RedisServers;
 pub use sharded::{key_slot, Migration, ShardedCluster, SLOT_COUNT};
 
+pub use crate::protocol::requests::{Aspect, Effect, Judged, Key, RequestKind, Sent, Writes};
+
+/// Every kind of request the client sends to a Redis instance, with what
+/// it may change there and the model checks that judge it: the registry
+/// `tests/request_kinds.rs` holds against the source, the scripts and the
+/// models (docs/protocol.md, "The request registry").
+pub fn request_kinds() -> &'static [RequestKind] {
+    crate::protocol::requests::REQUEST_KINDS
+}
+
 /// The old name of [`RedisServers`], which never was a Redis Cluster.
 #[deprecated(
     since = "0.2.0",
