@@ -11,7 +11,8 @@
 //!
 //! See [`crate::sql`] for the forms that stay correct under concurrent
 //! transactions, including read-modify-write. For Redis, a read-modify-write
-//! reads with [`fenced_get`] and writes with [`fenced_set`].
+//! reads with [`fenced_get`] and writes with [`fenced_set`]; the readers of
+//! a reader-writer lock read with [`fenced_get_shared`], which they share.
 
 use std::sync::LazyLock;
 
@@ -23,14 +24,22 @@ static FENCED_WRITE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/fenced_write.lua")));
 static FENCED_READ: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/fenced_read.lua")));
+static FENCED_SHARED_READ: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/fenced_shared_read.lua")));
 
 /// Where a key's fence (the highest token that read or wrote it) is kept.
 fn fence_key(key: &str) -> String {
     format!("{key}:redfence-token")
 }
 
-/// Writes `value` to `key` unless a newer token read ([`fenced_get`]) or
-/// wrote `key` first. Returns `Ok(true)` when written, `Ok(false)` when
+/// Where a key's read fence (the highest token that read it as a reader of
+/// a reader-writer lock, [`fenced_get_shared`]) is kept.
+fn read_fence_key(key: &str) -> String {
+    format!("{key}:redfence-read-token")
+}
+
+/// Writes `value` to `key` unless a newer token read ([`fenced_get`],
+/// [`fenced_get_shared`]) or wrote `key` first. Returns `Ok(true)` when written, `Ok(false)` when
 /// refused as stale. The highest token is kept in `<key>:redfence-token`.
 ///
 /// The same holder may write several times with its token; a holder whose
@@ -56,6 +65,7 @@ where
     FENCED_WRITE
         .key(fence_key(key))
         .key(key)
+        .key(read_fence_key(key))
         .arg(token.get())
         .arg(value)
         .invoke(conn)
@@ -92,6 +102,42 @@ pub fn fenced_get<C: ConnectionLike>(
     FENCED_READ
         .key(fence_key(key))
         .key(key)
+        .key(read_fence_key(key))
+        .arg(token.get())
+        .invoke(conn)
+}
+
+/// Reads `key` under a read of a reader-writer lock
+/// ([`RwLock::read`](crate::RwLock::read)): readers holding the lock
+/// together all read, whatever their tokens' order, and a writer with an
+/// older token (one whose lease ran out) is refused by [`fenced_set`] from
+/// then on. A reader whose lease ran out is refused once a newer writer has
+/// read or written the key: error code `STALE`, stop. The read fence is
+/// kept in `<key>:redfence-read-token`.
+///
+/// Writers of the same lock read with [`fenced_get`] and write with
+/// [`fenced_set`], as for a lock.
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use redfence::{fenced_get_shared, Redlock};
+///
+/// let locks = Redlock::new(["redis://127.0.0.1:7001"])?;
+/// let mut store = redis::Client::open("redis://127.0.0.1:6379")?.get_connection()?;
+/// let read = locks.rw_lock("catalog").read()?;
+/// let price = fenced_get_shared(&mut store, "catalog:price", read.token())?;
+/// println!("price {price:?}");
+/// # Ok(()) }
+/// ```
+pub fn fenced_get_shared<C: ConnectionLike>(
+    conn: &mut C,
+    key: &str,
+    token: FencingToken,
+) -> RedisResult<Option<String>> {
+    FENCED_SHARED_READ
+        .key(fence_key(key))
+        .key(key)
+        .key(read_fence_key(key))
         .arg(token.get())
         .invoke(conn)
 }

@@ -199,7 +199,7 @@ pub use client::Redlock;
 pub use doctor::{DoctorReport, Finding, InstanceReport, Severity};
 pub use election::{Election, LeaderEvent, LeaderInfo, Leadership};
 pub use error::{Error, InstanceError, InstanceErrorKind, LossReason};
-pub use fenced::{fenced_get, fenced_set};
+pub use fenced::{fenced_get, fenced_get_shared, fenced_set};
 pub use guard::{LockGuard, MultiGuard, Permit, ReadGuard, WriteGuard};
 pub use holder::{Holder, RwHolders};
 pub use lock::config::MAX_TTL;

@@ -666,3 +666,43 @@ fn a_sets_fencing_counters_expire_after_the_idle_time() {
     guard.release().unwrap();
     check("set after a raise round", &set);
 }
+
+/// The readers of an rw lock share `fenced_get_shared`: two readers read in
+/// either order (with `fenced_get`, the older one got `STALE`). A writer
+/// whose lease ran out before they read is refused; a writer granted after
+/// them writes, and from then on a reader whose lease ran out is refused.
+#[test]
+fn readers_share_fenced_reads_and_writers_fence_them() {
+    use redfence::testing::RedisServer;
+    let cluster = RedisServers::start(3);
+    let storage = RedisServer::start();
+    let mut store = storage.connection();
+    let locks = client(&cluster);
+    let doc = locks.rw_lock("doc");
+    let short = LockOptions::new()
+        .ttl(Duration::from_millis(300))
+        .auto_extend(false);
+    let stale_writer = doc.write_with(short).unwrap().token();
+    assert!(eventually(Duration::from_secs(2), || doc
+        .try_read()
+        .is_ok()));
+    let (first, second) = (doc.read().unwrap(), doc.read().unwrap());
+    assert!(second.token() > first.token());
+    for reader in [&second, &first] {
+        let read = redfence::fenced_get_shared(&mut store, "doc", reader.token());
+        assert_eq!(read.expect("readers share"), None);
+    }
+    // The lock's read-modify-write read would fence the older reader out.
+    redfence::fenced_get(&mut store, "other", second.token()).unwrap();
+    let err = redfence::fenced_get(&mut store, "other", first.token()).unwrap_err();
+    assert_eq!(err.code(), Some("STALE"), "{err}");
+    let late = redfence::fenced_set(&mut store, "doc", stale_writer, "late");
+    assert!(!late.unwrap(), "a writer older than the readers is refused");
+    let first_token = first.token();
+    drop((first, second));
+    let writer = doc.try_write_for(Duration::from_secs(5)).unwrap();
+    assert!(redfence::fenced_set(&mut store, "doc", writer.token(), "new").unwrap());
+    let err = redfence::fenced_get_shared(&mut store, "doc", first_token).unwrap_err();
+    assert_eq!(err.code(), Some("STALE"), "{err}");
+    assert_eq!(storage.get("doc").as_deref(), Some("new"));
+}

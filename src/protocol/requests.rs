@@ -183,6 +183,7 @@ pub(crate) const REQUEST_KINDS: &[RequestKind] = &[
     RW_FORCE_RELEASE,
     store_script("fenced_write.lua"),
     store_script("fenced_read.lua"),
+    store_script("fenced_shared_read.lua"),
     command(
         "EVALSHA",
         &[("src/protocol/scripts.rs", 1)],
