@@ -367,7 +367,8 @@ impl InstanceError {
                  scripts use: allow redfence::acl_rules)"
             );
         }
-        if kind == InstanceErrorKind::Auth {
+        // Once: an error passed on (renamed for its instance) is built again.
+        if kind == InstanceErrorKind::Auth && !detail.contains("(missing ACL rule ") {
             if let Some(rule) = missing_rule(&detail) {
                 detail = format!("{detail} (missing ACL rule {rule}: see redfence::acl_rules)");
             }
@@ -535,6 +536,13 @@ mod tests {
             "NOPERM this user has no permissions to run the 'script|load' command",
         );
         assert!(sub.detail().contains("+script|load"), "{sub}");
+        // Built again for its instance, it names the rule once.
+        let again = InstanceError::new("b:2/0", InstanceErrorKind::Auth, e.detail());
+        assert_eq!(
+            again.detail().matches("missing ACL rule").count(),
+            1,
+            "{again}"
+        );
         let key = InstanceError::new(
             "a:1/0",
             InstanceErrorKind::Auth,

@@ -1496,6 +1496,10 @@ fn unlock_deletes_a_lock_held_elsewhere_and_keeps_the_counter() {
         .ttl(Duration::from_secs(120))
         .auto_extend(false);
     let _stuck = locks.lock_with("report", long).unwrap();
+    // The grant landed everywhere (a quorum's replies return it).
+    assert!(eventually(Duration::from_secs(5), || holders(
+        &cluster, "report"
+    ) == 3));
     let out = output(redfence(&cluster).args(["unlock", "report"]));
     assert_eq!(code(out.status), 0, "{}", stderr(&out));
     assert_eq!(
@@ -1590,6 +1594,59 @@ fn run_exits_78_at_once_when_a_quorum_refuses_the_credentials() {
         !err.contains("wrong-pa55") && !stdout(&out).contains("wrong-pa55"),
         "{err}"
     );
+}
+
+/// A job that queued and whose wait ran out did not run: it says so on
+/// stderr even under `-q`, and exits 75; one attempt (`-n`) stays silent.
+#[test]
+fn a_wait_that_runs_out_is_said_even_quietly() {
+    let cluster = RedisServers::start(3);
+    let locks = client(&cluster);
+    let _held = locks.lock("queue").expect("test holds the lock");
+    let out = output(&mut run_cmd(
+        &cluster,
+        &["-q", "-w", "300ms"],
+        "queue",
+        "true",
+    ));
+    assert_eq!(code(out.status), 75, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the job did not run"),
+        "{}",
+        stderr(&out)
+    );
+    let out = output(&mut run_cmd(&cluster, &["-q", "-n"], "queue", "true"));
+    assert_eq!(code(out.status), 75, "{}", stderr(&out));
+    assert_eq!(stderr(&out), "", "one attempt under -q is silent");
+}
+
+/// A user allowed everything but `PUBLISH`: `run` takes the lock, runs the
+/// command and releases it, exit 0, without a "release not confirmed"
+/// warning (the announcement's refusal once failed the whole release).
+#[test]
+fn run_releases_cleanly_for_a_user_without_publish() {
+    let mut rules = redfence::acl_rules("redfence:");
+    rules.retain(|r| r != "+publish");
+    let cluster = RedisServers::start_with(
+        3,
+        ServerOptions {
+            acl_users: vec![format!("worker on >pw-42 {}", rules.join(" "))],
+            ..Default::default()
+        },
+    );
+    let urls: Vec<String> = cluster
+        .iter()
+        .map(|s| s.url_as("worker", "pw-42"))
+        .collect();
+    let child = redfence_at(&urls)
+        .args(["run", "job", "--", "true"])
+        .spawn()
+        .expect("redfence starts");
+    let out = finish(child, RUN_LIMIT);
+    let err = stderr(&out);
+    assert_eq!(code(out.status), 0, "{err}");
+    assert!(!err.contains("not confirmed"), "{err}");
+    assert_eq!(holders(&cluster, "job"), 0, "released");
 }
 
 /// `redfence doctor` as an operator runs it: a table, `--json`, and the

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex, MutexGuard};
+use redis::Value;
 
 use crate::lock::acquire::Grant;
 use crate::lock::moment::Moment;
@@ -17,7 +18,7 @@ use crate::protocol::scripts;
 use crate::telemetry;
 use crate::transport::instance::Sink;
 use crate::transport::outgoing::Outgoing;
-use crate::transport::quorum::{yes_no, Round};
+use crate::transport::quorum::{yes_no, Round, Vote};
 use crate::{Error, FencingToken, LockOptions, LossReason};
 
 /// A lease's renewal state, as the watchdog reads it.
@@ -301,12 +302,20 @@ pub(crate) fn send_release(
     // Worth delivering until the key would have expired anyway: a TTL
     // from now, or from the hold's end (the keys outlive it by a TTL).
     let deadline = Instant::now() + hold.unwrap_or(Duration::ZERO) + st.ttl;
-    let round = wait.then(|| Round::new_for(&shared.instances, yes_no));
+    let round = wait.then(|| Round::new_for(&shared.instances, released));
     let sink = round.clone().map(|r| -> Sink { r });
     shared
         .instances
         .deliver(&out, deadline, sink.as_ref(), |_| true);
     round
+}
+
+/// A release's vote: its first reply, the release itself. The announcement
+/// that follows it in the same request only wakes waiters: refused (a user
+/// without `+publish`), it leaves them to find the lock free at their next
+/// re-check, and the release stands (the doctor reports the permission).
+fn released(values: &[Value]) -> Vote<(), ()> {
+    yes_no(values.get(..1).unwrap_or(values))
 }
 
 /// Undoes a grant nobody will use (its call was cancelled while the

@@ -126,13 +126,23 @@ fn acquire(
         if let Some(message) = kind.conflict(&args.resource, &e) {
             failure.message = message;
         }
-        // -q: an expected conflict is said by the exit code alone (cron
-        // mails every line printed).
-        if matches!(e, redfence::Error::Contended { .. }) {
-            failure.expected()
-        } else {
-            failure
+        if !matches!(e, redfence::Error::Contended { .. }) {
+            return failure;
         }
+        // -q: the conflict of one attempt (-n) is the expected outcome of a
+        // job that runs on one machine only, said by the exit code alone
+        // (cron mails every line printed). A wait that ran out is not: the
+        // job did not run though it queued for it, so it is said even then.
+        if wait.is_zero() {
+            return failure.expected();
+        }
+        failure.message = format!(
+            "{} after waiting {}: the job did not run (raise --wait to queue longer: \
+             docs/cli.md, \"Sizing the wait\")",
+            failure.message,
+            show(wait)
+        );
+        failure
     })
 }
 
