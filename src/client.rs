@@ -181,6 +181,29 @@ impl Redlock {
         self.lock_all_with(resources, self.shared().cfg.defaults.wait(Duration::ZERO))
     }
 
+    /// Locks every resource in `resources` together, trying for at most
+    /// `wait` (the default options otherwise).
+    pub fn try_lock_all_for(
+        &self,
+        resources: &[&str],
+        wait: Duration,
+    ) -> Result<MultiGuard, Error> {
+        self.lock_all_with(resources, self.shared().cfg.defaults.wait(wait))
+    }
+
+    /// Locks every resource in `resources` together, trying until
+    /// `deadline` at the latest (one attempt if it has passed).
+    pub fn try_lock_all_until(
+        &self,
+        resources: &[&str],
+        deadline: Instant,
+    ) -> Result<MultiGuard, Error> {
+        self.try_lock_all_for(
+            resources,
+            deadline.saturating_duration_since(Instant::now()),
+        )
+    }
+
     /// [`lock_all`](Self::lock_all) with these options.
     pub fn lock_all_with(
         &self,

@@ -93,6 +93,7 @@ impl Election {
     ///
     /// Defaults to the client's default TTL (30 s unless set with
     /// [`RedlockBuilder::default_options`](crate::RedlockBuilder::default_options)).
+    #[must_use = "a setter returns the changed election, which must be used"]
     pub fn lease(mut self, ttl: Duration) -> Self {
         self.options = self.options.ttl(ttl);
         self
@@ -102,6 +103,7 @@ impl Election {
     /// [`campaign`](Self::campaign) (and [`run`](Self::run) while it
     /// campaigns) then return [`Error::Cancelled`] within one instance
     /// timeout. A leadership already won is not affected: resign it.
+    #[must_use = "a setter returns the changed election, which must be used"]
     pub fn cancel(mut self, cancel: &crate::Cancel) -> Self {
         self.options = self.options.cancel(cancel);
         self

@@ -244,7 +244,22 @@ fn write_errors(f: &mut fmt::Formatter<'_>, errors: &[InstanceError]) -> fmt::Re
     Ok(())
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    /// The first instance's error, for the errors that list them
+    /// ([`Unavailable`](Error::Unavailable),
+    /// [`AccessDenied`](Error::AccessDenied),
+    /// [`WrongType`](Error::WrongType)).
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Unavailable { errors, .. }
+            | Error::AccessDenied { errors, .. }
+            | Error::WrongType { errors, .. } => errors
+                .first()
+                .map(|e| e as &(dyn std::error::Error + 'static)),
+            _ => None,
+        }
+    }
+}
 
 /// Why a lease counts as lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -516,6 +531,19 @@ mod tests {
     fn classified(kind: io::ErrorKind) -> InstanceError {
         let err = redis::RedisError::from(io::Error::from(kind));
         InstanceError::from_redis("h:1/0", &err)
+    }
+
+    #[test]
+    fn an_error_listing_instances_has_the_first_as_its_source() {
+        use std::error::Error as _;
+        let first = InstanceError::new("a:1/0", InstanceErrorKind::Timeout, NO_ANSWER);
+        let e = Error::unavailable("r", 2, 0, vec![first.clone()]);
+        let source = e.source().expect("a source");
+        assert_eq!(source.to_string(), first.to_string());
+        let cancelled = Error::Cancelled {
+            resource: "r".to_string(),
+        };
+        assert!(cancelled.source().is_none());
     }
 
     #[test]

@@ -34,6 +34,7 @@ impl LockOptions {
     pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 
     /// Options with the defaults: 30 s TTL, 10 s wait, auto-extension on.
+    #[must_use]
     pub fn new() -> Self {
         LockOptions {
             ttl: Self::DEFAULT_TTL,
@@ -50,6 +51,7 @@ impl LockOptions {
     /// 1 ms and larger than the drift plus twice the per-instance timeout.
     ///
     /// Defaults to 30 s.
+    #[must_use = "LockOptions is Copy: a setter returns new options, and the old ones are unchanged"]
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
@@ -62,6 +64,7 @@ impl LockOptions {
     /// slowest attempt so far, twice over for a possible raise round).
     ///
     /// Defaults to 10 s.
+    #[must_use = "LockOptions is Copy: a setter returns new options, and the old ones are unchanged"]
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
@@ -72,6 +75,7 @@ impl LockOptions {
     /// it lost from then on.
     ///
     /// Defaults to `true`.
+    #[must_use = "LockOptions is Copy: a setter returns new options, and the old ones are unchanged"]
     pub fn auto_extend(mut self, on: bool) -> Self {
         self.auto_extend = on;
         self
@@ -102,6 +106,7 @@ impl LockOptions {
     /// }
     /// # Ok::<(), redfence::Error>(())
     /// ```
+    #[must_use = "LockOptions is Copy: a setter returns new options, and the old ones are unchanged"]
     pub fn hold_at_least(mut self, hold: Duration) -> Self {
         self.hold_at_least = hold;
         self
@@ -110,6 +115,7 @@ impl LockOptions {
     /// Lets `cancel` stop the call from another thread: it then returns
     /// [`Error::Cancelled`](crate::Error::Cancelled) within one instance
     /// timeout (see [`Cancel`]).
+    #[must_use = "LockOptions is Copy: a setter returns new options, and the old ones are unchanged"]
     pub fn cancel(mut self, cancel: &Cancel) -> Self {
         self.cancel = Some(cancel.id());
         self

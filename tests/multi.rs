@@ -608,3 +608,23 @@ fn a_set_whose_other_member_is_taken_before_the_raise_round_is_not_granted() {
     let result = lock_set_while_a_member_is_taken(&env, &locks, &members, &[0], 1);
     assert_set_not_granted_without_its_members(&env, &locks, &members, 1, result);
 }
+
+/// `try_lock_all_for` waits for a held member's release within its budget,
+/// and `try_lock_all_until` with a passed deadline makes one attempt.
+#[test]
+fn a_set_waits_within_its_budget() {
+    let cluster = RedisServers::start(3);
+    let locks = client(&cluster);
+    let held = client(&cluster).lock("b").unwrap();
+    let past = std::time::Instant::now();
+    assert!(matches!(
+        locks.try_lock_all_until(&["a", "b"], past),
+        Err(Error::Contended { .. })
+    ));
+    let release = std::thread::spawn(move || held.release());
+    let guard = locks
+        .try_lock_all_for(&["a", "b"], std::time::Duration::from_secs(10))
+        .expect("granted once the member is released");
+    release.join().unwrap().unwrap();
+    guard.release().unwrap();
+}
