@@ -10,10 +10,23 @@
 
 use std::collections::BTreeMap;
 
-use crate::history::Mode;
+use crate::history::{Mode, UnlockOutcome};
 use crate::nemesis::{Nemesis, LATE_MAX};
 use crate::record::{Effect, Fault, Hold, Record, Stored};
 use crate::{slot_resource, MAX_KEY_LIFE, RUN_HOLD};
+
+/// How long after a cancel a cancelled call may still return: the attempt
+/// in flight (one instance timeout), its undo (another), and the
+/// scheduling of a loaded machine (seconds).
+const CANCEL_BOUND: f64 = 1.0;
+/// How long after a cancel a call may still return another error than
+/// `Cancelled`: its attempt was ending as the cancel came (two instance
+/// timeouts).
+const CANCEL_RACE: f64 = 2.0 * crate::INSTANCE_TIMEOUT.as_secs_f64();
+/// What a clock reading may be off beyond its uncertainty (half the round
+/// trips): libfaketime's offsets are whole milliseconds, and the servers
+/// read the clock a little before or after answering (seconds).
+pub const CLOCK_SLACK: f64 = 0.010;
 
 /// How far two holders' beliefs may touch before it counts: the claims
 /// are read a few microseconds after the library computed them (seconds).
@@ -90,6 +103,34 @@ pub struct Verdict {
     pub stuck_calls: u64,
     pub lost_updates: u64,
     pub stale_writes_accepted: u64,
+    /// Pairs believed at once where the first guard's value was revoked by
+    /// an operator's unlock before the second grant: by an unlock that
+    /// returned the holder, and by one that failed (and may have deleted
+    /// it anyway).
+    pub unlock_excused: u64,
+    pub unlock_failed_excused: u64,
+    /// Unlocks that revoked a holder still working (live), and one left
+    /// for dead (its guard was gone before the unlock began).
+    pub unlocks_of_live: u64,
+    pub unlocks_of_dead: u64,
+    /// Calls cancelled in flight, those that returned `Cancelled`, and the
+    /// violations of the cancel rule.
+    pub cancels: u64,
+    pub cancelled: u64,
+    pub cancel_violations: u64,
+    /// The fenced storage server: operations judged, and violations
+    /// (lost update, stale write accepted, a stale read, a refusal with
+    /// no newer token before it, a final value that is not the last
+    /// accepted write's).
+    pub kv_ops: u64,
+    pub kv_violations: u64,
+    /// Clock checks judged, of them those made while a clock was stepped,
+    /// and violations (an offset off the step by more than its
+    /// uncertainty and `CLOCK_SLACK`, a doctor that did not flag a step
+    /// past `MAX_CLOCK_OFFSET`, or flagged an error short of it).
+    pub clock_checks: u64,
+    pub clock_checks_stepped: u64,
+    pub clock_violations: u64,
     pub violations: Vec<Violation>,
 }
 
@@ -108,7 +149,10 @@ pub fn check(rec: &Record) -> Verdict {
     let ctx = Ctx::new(rec);
     for (resource, list) in by_resource(&rec.holds) {
         tokens_near_clocks(rec, &resource, &list, &mut v);
-        let beliefs: Vec<Belief> = list.iter().map(|(h, t)| Belief::of(h, *t)).collect();
+        let beliefs: Vec<Belief> = list
+            .iter()
+            .map(|(h, t)| ctx.revoked(Belief::of(h, *t)))
+            .collect();
         if list
             .iter()
             .any(|(h, _)| matches!(h.mode, Mode::Read | Mode::Write))
@@ -127,6 +171,10 @@ pub fn check(rec: &Record) -> Verdict {
     voided(rec, &mut v);
     calls_end(rec, &mut v);
     database(&rec.stored, &mut v);
+    unlocks_judged(&ctx, &mut v);
+    cancels(rec, &mut v);
+    crate::checks::kv(rec, &mut v);
+    crate::checks::clocks(rec, &mut v);
     v
 }
 
@@ -253,6 +301,8 @@ struct Ctx<'a> {
     seen: BTreeMap<&'a str, SeenOn>,
     /// (client, resource) -> every activity (see `activity`).
     activity: BTreeMap<(usize, String), Vec<Span>>,
+    /// The holds an unlock revoked, or may have (see `revocations`).
+    revocations: Vec<Revocation>,
 }
 
 impl<'a> Ctx<'a> {
@@ -286,7 +336,33 @@ impl<'a> Ctx<'a> {
             acts,
             seen,
             activity: activity(rec),
+            revocations: revocations(rec),
         }
+    }
+
+    /// The belief of a hold an unlock revoked ends at the unlock's return:
+    /// from then no quorum holds its value, whatever its holder believes.
+    fn revoked<'h>(&self, mut b: Belief<'h>) -> Belief<'h> {
+        for r in self.revocations_of(b.hold).filter(|r| !r.failed) {
+            b.until = b.until.min(r.to);
+        }
+        b
+    }
+
+    fn revocations_of<'s>(&'s self, h: &'s Hold) -> impl Iterator<Item = &'s Revocation> + 's {
+        self.revocations
+            .iter()
+            .filter(move |r| std::ptr::eq(r.hold, h))
+    }
+
+    /// Whether an unlock explains guard `b` granted while `a` was
+    /// believed: `a`'s value was revoked (or, by a failed unlock, may have
+    /// been) after the unlock began and before `b`'s grant. `Some(failed)`.
+    fn unlocked(&self, a: &Hold, b: &Hold) -> Option<bool> {
+        self.revocations_of(a)
+            .filter(|r| b.granted >= r.from)
+            .map(|r| r.failed)
+            .min()
     }
 
     /// The keys of `client` on `resource` seen on `instance` from `from`
@@ -469,6 +545,14 @@ fn exclusion(ctx: &Ctx<'_>, resource: &str, list: &[Belief<'_>], v: &mut Verdict
     for (n, b) in list.iter().enumerate() {
         for a in &list[..n] {
             if !conflict(a.hold.mode, b.hold.mode) || b.granted + ALLOWANCE >= a.until {
+                continue;
+            }
+            match ctx.unlocked(a.hold, b.hold) {
+                Some(false) => v.unlock_excused += 1,
+                Some(true) => v.unlock_failed_excused += 1,
+                None => {}
+            }
+            if ctx.unlocked(a.hold, b.hold).is_some() {
                 continue;
             }
             match excuse(ctx, resource, a, b) {
@@ -779,6 +863,118 @@ fn duplicate(
         first_at: a.granted,
         second_at: b.granted,
     });
+}
+
+/// A hold an operator's unlock revoked from `from` (the unlock's call)
+/// to `to` (its return), or, `failed`, may have revoked in that time.
+struct Revocation {
+    hold: *const Hold,
+    from: f64,
+    to: f64,
+    failed: bool,
+}
+
+/// The holds each unlock revoked. One that returned holder `c` revoked
+/// `c`'s guard on the resource: the one granted last by the unlock's
+/// return whose keys may still have lived at its start (a guard left for
+/// dead too), or, when none was, `c`'s call in flight at the return (a
+/// call being granted as the unlock read is revoked with it). One that
+/// failed may have deleted the value it read anyway (its deletes may land
+/// late): every guard of the resource granted by its return and believed
+/// at its start may have been revoked.
+fn revocations(rec: &Record) -> Vec<Revocation> {
+    let mut out = Vec::new();
+    for u in &rec.unlocks {
+        let on = |h: &&Hold| h.tokens.iter().any(|t| t.0 == u.resource);
+        let mut revoke = |h: &Hold, failed| {
+            out.push(Revocation {
+                hold: h,
+                from: u.start,
+                to: u.end,
+                failed,
+            })
+        };
+        match u.outcome {
+            UnlockOutcome::Revoked { holder } => {
+                let mine = || rec.holds.iter().filter(on).filter(|h| h.client == holder);
+                let granted = mine()
+                    .filter(|h| h.granted <= u.end && h.end + h.key_life >= u.start)
+                    .max_by(|a, b| a.granted.total_cmp(&b.granted));
+                let in_flight = || {
+                    mine()
+                        .filter(|h| h.start <= u.end && h.granted > u.end)
+                        .min_by(|a, b| a.start.total_cmp(&b.start))
+                };
+                if let Some(h) = granted.or_else(in_flight) {
+                    revoke(h, false);
+                }
+            }
+            UnlockOutcome::Failed => {
+                let believed = rec.holds.iter().filter(on).filter(|h| {
+                    h.granted <= u.end && belief_end(h) > u.start
+                });
+                believed.for_each(|h| revoke(h, true));
+            }
+            UnlockOutcome::Free | UnlockOutcome::RevokedUnknown => {}
+        }
+    }
+    out
+}
+
+/// Counts the revoked holders that were still working (their guard alive
+/// when the unlock began) and those left for dead.
+fn unlocks_judged(ctx: &Ctx<'_>, v: &mut Verdict) {
+    for r in ctx.revocations.iter().filter(|r| !r.failed) {
+        let Some(h) = ctx.rec.holds.iter().find(|h| std::ptr::eq(*h, r.hold)) else {
+            continue;
+        };
+        if h.releasing < r.from {
+            v.unlocks_of_dead += 1;
+        } else {
+            v.unlocks_of_live += 1;
+        }
+    }
+}
+
+/// A call cancelled in flight returns within `CANCEL_BOUND` of the
+/// cancel, with `Cancelled` or a guard (granted before the cancel could
+/// stop it); another error only within `CANCEL_RACE` (its attempt was
+/// ending as the cancel came). That a cancelled call leaves no key past
+/// its TTL, hold or no hold, is the orphan check's: such calls are
+/// recorded with the TTL as their keys' life.
+fn cancels(rec: &Record, v: &mut Verdict) {
+    let mut late = Vec::new();
+    for c in &rec.calls {
+        let Some(at) = c.cancelled else { continue };
+        v.cancels += 1;
+        v.cancelled += u64::from(c.error == "cancelled");
+        let resource = c.resources.join(",");
+        if c.end > at + CANCEL_BOUND {
+            late.push(("cancel-late", resource, c.client, at, c.end, c.error.clone()));
+        } else if c.error != "cancelled" && c.end > at + CANCEL_RACE {
+            late.push(("cancel-ignored", resource, c.client, at, c.end, c.error.clone()));
+        }
+    }
+    for h in &rec.holds {
+        let Some(at) = h.cancelled else { continue };
+        v.cancels += 1;
+        if h.granted > at + CANCEL_BOUND {
+            let resource = h.tokens.iter().map(|t| t.0.as_str()).collect::<Vec<_>>();
+            let what = "a guard".to_string();
+            late.push(("cancel-late", resource.join(","), h.client, at, h.granted, what));
+        }
+    }
+    for (kind, resource, client, at, end, what) in late {
+        v.cancel_violations += 1;
+        v.violations.push(Violation {
+            kind,
+            resource,
+            first: format!("client {client}'s call was cancelled at {at:.3} s"),
+            second: format!("it returned {what} at {end:.3} s"),
+            first_at: at,
+            second_at: end,
+        });
+    }
 }
 
 /// Whether `at` falls in the fault or within `after` of its end.
