@@ -1262,6 +1262,7 @@ mod tests {
 
     use super::*;
     use crate::args::Workload;
+    use crate::history::UnlockOutcome;
     use crate::record::{Meta, Sighting};
 
     const R: &str = "reg-0";
@@ -1298,6 +1299,7 @@ mod tests {
             end: until + 0.01,
             key_life: until - from,
             wait: 2.0,
+            cancelled: None,
             notes: vec![(from, until)],
         });
     }
@@ -1620,6 +1622,181 @@ mod tests {
         assert_eq!((b.overlaps, b.overlaps_excused), (1, 2));
         assert_eq!(b.stale_writes_accepted, 1, "an equal token is stale");
         assert_eq!(back.to_jsonl(), text);
+    }
+
+    fn unlock(rec: &mut Record, start: f64, end: f64, outcome: UnlockOutcome) {
+        rec.unlocks.push(crate::record::Unlock {
+            client: 3,
+            resource: R.to_string(),
+            start,
+            end,
+            outcome,
+        });
+    }
+
+    /// A (client 0) believes 0–3 s on its key on a quorum; an operator
+    /// revokes it at 1.0–1.1 s; B is granted at 1.2 s, after the unlock
+    /// returned: excused (A's belief ends at the return). C, granted at
+    /// 0.5 s while A was believed and nothing revoked it yet, is still an
+    /// overlap, and so is B against C.
+    #[test]
+    fn an_unlock_ends_only_the_revoked_hold() {
+        let build = |outcome| {
+            let mut rec = record();
+            hold(&mut rec, 0, Mode::Exclusive, 1, 0.0, 3.0);
+            seen(&mut rec, 0, R, &[0, 1, 2], 0.2, 2.8);
+            unlock(&mut rec, 1.0, 1.1, outcome);
+            hold(&mut rec, 1, Mode::Exclusive, 2, 1.2, 2.0);
+            rec
+        };
+        let v = check(&build(UnlockOutcome::Revoked { holder: 0 }));
+        assert_eq!(v.overlaps, 0, "{:#?}", v.violations);
+        assert_eq!(v.unlocks_of_live, 1);
+        // The same history, the unlock naming someone else or nothing:
+        // the pair is judged as before, and reported.
+        for other in [UnlockOutcome::Revoked { holder: 2 }, UnlockOutcome::Free] {
+            assert_eq!(check(&build(other)).overlaps, 1);
+        }
+        let mut rec = build(UnlockOutcome::Revoked { holder: 0 });
+        hold(&mut rec, 2, Mode::Exclusive, 3, 0.5, 1.5);
+        let v = check(&rec);
+        assert_eq!(v.overlaps, 2, "{:#?}", v.violations);
+        assert!(v.violations.iter().all(|x| x.second.starts_with("client 2 ")
+            || x.second.starts_with("client 1 ")));
+        assert!(v.violations.iter().any(|x| x.first.starts_with("client 0 ")));
+        // A grant between the unlock's start and its return may follow
+        // the delete: excused, and counted.
+        let mut rec = build(UnlockOutcome::Revoked { holder: 0 });
+        rec.holds[1].granted = 1.05;
+        let v = check(&rec);
+        assert_eq!((v.overlaps, v.unlock_excused), (0, 1));
+    }
+
+    /// A dead holder (its guard gone at 0.3 s, its key alive) is the one
+    /// revoked; the same client's next hold, granted after the unlock,
+    /// is not capped: an overlap with it is still reported.
+    #[test]
+    fn an_unlock_of_a_dead_holder_spares_its_next_hold() {
+        let mut rec = record();
+        hold(&mut rec, 0, Mode::Exclusive, 1, 0.0, 0.3);
+        rec.holds[0].key_life = 3.0;
+        unlock(&mut rec, 1.0, 1.1, UnlockOutcome::Revoked { holder: 0 });
+        hold(&mut rec, 0, Mode::Exclusive, 2, 1.2, 3.0);
+        rec.holds[1].start = 0.9;
+        hold(&mut rec, 1, Mode::Exclusive, 3, 1.5, 2.0);
+        let v = check(&rec);
+        assert_eq!((v.unlocks_of_dead, v.unlocks_of_live), (1, 0));
+        assert_eq!(v.overlaps, 1, "{:#?}", v.violations);
+    }
+
+    fn cancelled_call(rec: &mut Record, end: f64, error: &str, at: f64) {
+        rec.calls.push(crate::record::Call {
+            client: 0,
+            workload: Workload::Cancel,
+            resources: vec![R.to_string()],
+            start: 0.0,
+            end,
+            wait: 4.0,
+            key_life: 1.0,
+            error: error.to_string(),
+            cancelled: Some(at),
+        });
+    }
+
+    #[test]
+    fn a_cancelled_call_returns_cancelled_at_once() {
+        let mut rec = record();
+        cancelled_call(&mut rec, 0.6, "cancelled", 0.5);
+        cancelled_call(&mut rec, 0.55, "unavailable", 0.5);
+        assert_eq!(check(&rec).cancel_violations, 0);
+        cancelled_call(&mut rec, 2.0, "cancelled", 0.5);
+        cancelled_call(&mut rec, 1.2, "contended", 0.5);
+        let v = check(&rec);
+        assert_eq!((v.cancels, v.cancelled, v.cancel_violations), (4, 2, 2));
+        let kinds: Vec<&str> = v.violations.iter().map(|x| x.kind).collect();
+        assert_eq!(kinds, ["cancel-late", "cancel-ignored"]);
+    }
+
+    fn kv(rec: &mut Record, set: bool, token: u64, accepted: Option<bool>, value: i64, at: f64) {
+        rec.kv.push(crate::record::KvOp {
+            client: 0,
+            key: "kv-0".to_string(),
+            token,
+            set,
+            start: at,
+            end: at + 0.01,
+            accepted,
+            value,
+        });
+    }
+
+    #[test]
+    fn the_fenced_store_loses_no_update() {
+        let clean = || {
+            let mut rec = record();
+            kv(&mut rec, false, 10, Some(true), 0, 0.0);
+            kv(&mut rec, true, 10, Some(true), 1, 0.1);
+            kv(&mut rec, false, 20, Some(true), 1, 0.2);
+            kv(&mut rec, true, 9, Some(false), 1, 0.3);
+            kv(&mut rec, true, 20, Some(true), 2, 0.4);
+            rec.stored.kv.insert("kv-0".to_string(), 2);
+            rec
+        };
+        assert_eq!(check(&clean()).kv_violations, 0);
+        let planted: [(&str, fn(&mut Record)); 4] = [
+            ("kv-lost-update", |r| kv(r, true, 30, Some(true), 2, 0.5)),
+            ("kv-stale-read", |r| kv(r, false, 30, Some(true), 1, 0.5)),
+            ("kv-refused-wrongly", |r| kv(r, true, 40, Some(false), 3, 0.5)),
+            ("kv-final", |r| {
+                r.stored.kv.insert("kv-0".to_string(), 5);
+            }),
+        ];
+        for (kind, plant) in planted {
+            let mut rec = clean();
+            plant(&mut rec);
+            let v = check(&rec);
+            assert!(v.violations.iter().any(|x| x.kind == kind), "{kind}: {:#?}", v.violations);
+        }
+        let mut stale = clean();
+        kv(&mut stale, true, 15, Some(true), 3, 0.5);
+        stale.stored.kv.insert("kv-0".to_string(), 3);
+        assert!(check(&stale).violations.iter().any(|x| x.kind == "kv-stale-write"));
+    }
+
+    fn clock_check(applied: &[i64], offsets: &[Option<(i64, u64)>], doctor: &[&str]) -> Record {
+        let mut rec = record();
+        rec.clock_checks.push(crate::record::ClockCheck {
+            client: 0,
+            start: 1.0,
+            end: 1.1,
+            applied_ms: applied.to_vec(),
+            offsets: offsets.to_vec(),
+            doctor: doctor.iter().map(|s| s.to_string()).collect(),
+        });
+        rec
+    }
+
+    #[test]
+    fn clock_offsets_match_the_step_within_their_uncertainty() {
+        let steps = [0, 2000, 0, 2000, 0];
+        let read = |second: i64| [Some((300, 500)), Some((second, 500)), Some((-200, 500)), Some((1_999_000, 500)), None];
+        let v = check(&clock_check(&steps, &read(2_000_400), &[]));
+        assert_eq!((v.clock_checks, v.clock_checks_stepped, v.clock_violations), (1, 1, 0));
+        // 1 s off: past 500 µs and the slack.
+        let v = check(&clock_check(&steps, &read(1_000_000), &[]));
+        assert_eq!(v.clock_violations, 1, "{:#?}", v.violations);
+        assert_eq!(v.violations[0].resource, "instance 1");
+    }
+
+    #[test]
+    fn the_doctor_flags_a_step_past_the_bound_and_only_that() {
+        let applied = [0, -3000, 0, 0, 900];
+        let good = ["notice", "error", "notice", "none", "notice"];
+        assert_eq!(check(&clock_check(&applied, &[], &good)).clock_violations, 0);
+        let missed = ["notice", "notice", "notice", "none", "notice"];
+        assert_eq!(check(&clock_check(&applied, &[], &missed)).clock_violations, 1);
+        let false_alarm = ["notice", "warning", "notice", "none", "error"];
+        assert_eq!(check(&clock_check(&applied, &[], &false_alarm)).clock_violations, 1);
     }
 
     #[test]
