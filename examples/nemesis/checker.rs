@@ -910,9 +910,11 @@ fn revocations(rec: &Record) -> Vec<Revocation> {
                 }
             }
             UnlockOutcome::Failed => {
-                let believed = rec.holds.iter().filter(on).filter(|h| {
-                    h.granted <= u.end && belief_end(h) > u.start
-                });
+                let believed = rec
+                    .holds
+                    .iter()
+                    .filter(on)
+                    .filter(|h| h.granted <= u.end && belief_end(h) > u.start);
                 believed.for_each(|h| revoke(h, true));
             }
             UnlockOutcome::Free | UnlockOutcome::RevokedUnknown => {}
@@ -950,9 +952,23 @@ fn cancels(rec: &Record, v: &mut Verdict) {
         v.cancelled += u64::from(c.error == "cancelled");
         let resource = c.resources.join(",");
         if c.end > at + CANCEL_BOUND {
-            late.push(("cancel-late", resource, c.client, at, c.end, c.error.clone()));
+            late.push((
+                "cancel-late",
+                resource,
+                c.client,
+                at,
+                c.end,
+                c.error.clone(),
+            ));
         } else if c.error != "cancelled" && c.end > at + CANCEL_RACE {
-            late.push(("cancel-ignored", resource, c.client, at, c.end, c.error.clone()));
+            late.push((
+                "cancel-ignored",
+                resource,
+                c.client,
+                at,
+                c.end,
+                c.error.clone(),
+            ));
         }
     }
     for h in &rec.holds {
@@ -961,7 +977,14 @@ fn cancels(rec: &Record, v: &mut Verdict) {
         if h.granted > at + CANCEL_BOUND {
             let resource = h.tokens.iter().map(|t| t.0.as_str()).collect::<Vec<_>>();
             let what = "a guard".to_string();
-            late.push(("cancel-late", resource.join(","), h.client, at, h.granted, what));
+            late.push((
+                "cancel-late",
+                resource.join(","),
+                h.client,
+                at,
+                h.granted,
+                what,
+            ));
         }
     }
     for (kind, resource, client, at, end, what) in late {
@@ -1006,16 +1029,20 @@ fn orphans(rec: &Record, v: &mut Verdict) {
         // have written it then. A hold's keys outlive its release on
         // purpose, and a late extension or hold release landing after it
         // still finds them ours and sets them again: those land up to the
-        // longest delay after the activity.
+        // longest delay after the activity. So does a failed call's
+        // acquire held past its void key, which lives only the job's TTL
+        // (shorter than that delay): the documented lock nobody owns, for
+        // the TTL and the hold. (Not clamped at the sighting: a key seen
+        // late in its life was still written by then.)
         let late = if s.resource == crate::RUN_JOB {
             LATE_MAX.as_secs_f64()
         } else {
             0.0
         };
-        let expiry = (s.at + s.pttl - late).max(s.at);
+        let expiry = s.at + s.pttl;
         let written_after = earlier
             .iter()
-            .map(|(_, end, life)| (expiry - (end + life + WRITTEN_AFTER)).max(0.0))
+            .map(|(_, end, life)| (expiry - (end + life + WRITTEN_AFTER + late)).max(0.0))
             .reduce(f64::min)
             .unwrap_or(s.pttl.max(0.001));
         if written_after <= 0.0 {
@@ -1661,9 +1688,14 @@ mod tests {
         hold(&mut rec, 2, Mode::Exclusive, 3, 0.5, 1.5);
         let v = check(&rec);
         assert_eq!(v.overlaps, 2, "{:#?}", v.violations);
-        assert!(v.violations.iter().all(|x| x.second.starts_with("client 2 ")
-            || x.second.starts_with("client 1 ")));
-        assert!(v.violations.iter().any(|x| x.first.starts_with("client 0 ")));
+        assert!(v
+            .violations
+            .iter()
+            .all(|x| x.second.starts_with("client 2 ") || x.second.starts_with("client 1 ")));
+        assert!(v
+            .violations
+            .iter()
+            .any(|x| x.first.starts_with("client 0 ")));
         // A grant between the unlock's start and its return may follow
         // the delete: excused, and counted.
         let mut rec = build(UnlockOutcome::Revoked { holder: 0 });
@@ -1746,7 +1778,9 @@ mod tests {
         let planted: [(&str, fn(&mut Record)); 4] = [
             ("kv-lost-update", |r| kv(r, true, 30, Some(true), 2, 0.5)),
             ("kv-stale-read", |r| kv(r, false, 30, Some(true), 1, 0.5)),
-            ("kv-refused-wrongly", |r| kv(r, true, 40, Some(false), 3, 0.5)),
+            ("kv-refused-wrongly", |r| {
+                kv(r, true, 40, Some(false), 3, 0.5)
+            }),
             ("kv-final", |r| {
                 r.stored.kv.insert("kv-0".to_string(), 5);
             }),
@@ -1755,12 +1789,19 @@ mod tests {
             let mut rec = clean();
             plant(&mut rec);
             let v = check(&rec);
-            assert!(v.violations.iter().any(|x| x.kind == kind), "{kind}: {:#?}", v.violations);
+            assert!(
+                v.violations.iter().any(|x| x.kind == kind),
+                "{kind}: {:#?}",
+                v.violations
+            );
         }
         let mut stale = clean();
         kv(&mut stale, true, 15, Some(true), 3, 0.5);
         stale.stored.kv.insert("kv-0".to_string(), 3);
-        assert!(check(&stale).violations.iter().any(|x| x.kind == "kv-stale-write"));
+        assert!(check(&stale)
+            .violations
+            .iter()
+            .any(|x| x.kind == "kv-stale-write"));
     }
 
     fn clock_check(applied: &[i64], offsets: &[Option<(i64, u64)>], doctor: &[&str]) -> Record {
@@ -1779,9 +1820,20 @@ mod tests {
     #[test]
     fn clock_offsets_match_the_step_within_their_uncertainty() {
         let steps = [0, 2000, 0, 2000, 0];
-        let read = |second: i64| [Some((300, 500)), Some((second, 500)), Some((-200, 500)), Some((1_999_000, 500)), None];
+        let read = |second: i64| {
+            [
+                Some((300, 500)),
+                Some((second, 500)),
+                Some((-200, 500)),
+                Some((1_999_000, 500)),
+                None,
+            ]
+        };
         let v = check(&clock_check(&steps, &read(2_000_400), &[]));
-        assert_eq!((v.clock_checks, v.clock_checks_stepped, v.clock_violations), (1, 1, 0));
+        assert_eq!(
+            (v.clock_checks, v.clock_checks_stepped, v.clock_violations),
+            (1, 1, 0)
+        );
         // 1 s off: past 500 µs and the slack.
         let v = check(&clock_check(&steps, &read(1_000_000), &[]));
         assert_eq!(v.clock_violations, 1, "{:#?}", v.violations);
@@ -1792,11 +1844,47 @@ mod tests {
     fn the_doctor_flags_a_step_past_the_bound_and_only_that() {
         let applied = [0, -3000, 0, 0, 900];
         let good = ["notice", "error", "notice", "none", "notice"];
-        assert_eq!(check(&clock_check(&applied, &[], &good)).clock_violations, 0);
+        assert_eq!(
+            check(&clock_check(&applied, &[], &good)).clock_violations,
+            0
+        );
         let missed = ["notice", "notice", "notice", "none", "notice"];
-        assert_eq!(check(&clock_check(&applied, &[], &missed)).clock_violations, 1);
+        assert_eq!(
+            check(&clock_check(&applied, &[], &missed)).clock_violations,
+            1
+        );
         let false_alarm = ["notice", "warning", "notice", "none", "error"];
-        assert_eq!(check(&clock_check(&applied, &[], &false_alarm)).clock_violations, 1);
+        assert_eq!(
+            check(&clock_check(&applied, &[], &false_alarm)).clock_violations,
+            1
+        );
+    }
+
+    /// A run-once call that failed at 1.0 s, whose acquire was held by a
+    /// late fault and landed after its void key (0.5 s) had gone: its key
+    /// lives the TTL and the hold from there, and is seen late in its life
+    /// (seed 7 reported it). A key written well past the longest delay is
+    /// still an orphan.
+    #[test]
+    fn a_late_acquire_of_a_failed_job_call_is_no_orphan() {
+        let build = |pttl: f64| {
+            let mut rec = record();
+            rec.calls.push(crate::record::Call {
+                client: 0,
+                workload: Workload::RunOnce,
+                resources: vec![crate::RUN_JOB.to_string()],
+                start: 0.85,
+                end: 1.0,
+                wait: 0.0,
+                key_life: 2.017,
+                error: "unavailable".to_string(),
+                cancelled: None,
+            });
+            seen(&mut rec, 0, crate::RUN_JOB, &[2], 3.3, pttl);
+            check(&rec).orphans
+        };
+        assert_eq!(build(0.4), 0, "written at 1.68 s: the acquire landing late");
+        assert_eq!(build(1.5), 1, "written at 2.78 s: nobody's");
     }
 
     #[test]

@@ -133,7 +133,9 @@ fn kv_final(rec: &Record, key: &str, ops: &[&KvOp], found: &mut Found) {
         return;
     };
     let last = accepted_writes(ops).last().map_or(0, |w| w.value);
-    let unknown = ops.iter().any(|o| o.set && o.accepted.is_none() && o.value == value);
+    let unknown = ops
+        .iter()
+        .any(|o| o.set && o.accepted.is_none() && o.value == value);
     if value != last && !unknown {
         let note = format!("the last accepted write wrote {last}");
         found.push(("kv-final", note, format!("the key holds {value}"), 0.0));

@@ -197,7 +197,14 @@ impl Worker<'_> {
 
     /// The fenced read-modify-write of `key`: read with the guard's
     /// token, work, check the validity, stall if asked, write read + 1.
-    fn kv_modify(&mut self, guard: &Guard, hold: &mut HoldNotes, key: &str, stall: bool, steps: u32) {
+    fn kv_modify(
+        &mut self,
+        guard: &Guard,
+        hold: &mut HoldNotes,
+        key: &str,
+        stall: bool,
+        steps: u32,
+    ) {
         let Guard::One(lock) = guard else { return };
         let token = lock.token();
         let Some(read) = self.kv_op(key, token, None) else {
@@ -385,11 +392,15 @@ impl Worker<'_> {
         let before = self.ctx.clocks.now();
         let start = Instant::now();
         let (offsets, severities) = if doctor {
-            (Vec::new(), clock_severities(&probe.doctor(), before.offsets_ms.len()))
+            (
+                Vec::new(),
+                clock_severities(&probe.doctor(), before.offsets_ms.len()),
+            )
         } else {
-            let offsets = probe.clock_offsets().into_iter().map(|(_, o)| {
-                o.map(|o| (o.micros(), o.uncertainty().as_micros() as u64))
-            });
+            let offsets = probe
+                .clock_offsets()
+                .into_iter()
+                .map(|(_, o)| o.map(|o| (o.micros(), o.uncertainty().as_micros() as u64)));
             (offsets.collect(), Vec::new())
         };
         let end = Instant::now();

@@ -780,7 +780,11 @@ fn parse_clock_check(o: &Map<String, Value>) -> Result<ClockCheck, String> {
     }
     let mut doctor = Vec::new();
     for v in list(o, "doctor")? {
-        doctor.push(v.as_str().ok_or("a doctor severity is not a string")?.to_string());
+        doctor.push(
+            v.as_str()
+                .ok_or("a doctor severity is not a string")?
+                .to_string(),
+        );
     }
     Ok(ClockCheck {
         client: uint(o, "client")? as usize,
