@@ -378,7 +378,7 @@ impl Worker<'_> {
             }
             self.ctx.history.op(self.workload);
             self.clock_check(&probe, n % 3 == 2);
-            if n % 5 == 0 {
+            if n.is_multiple_of(5) {
                 let _ = probe.ping();
                 self.ctx.history.count(|c| c.probes += 1);
             }

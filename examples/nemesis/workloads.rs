@@ -708,7 +708,13 @@ impl Worker<'_> {
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    self.failed_call(&[resource.clone()], start, wait, ELECTION_LEASE, &e);
+                    self.failed_call(
+                        std::slice::from_ref(&resource),
+                        start,
+                        wait,
+                        ELECTION_LEASE,
+                        &e,
+                    );
                     self.pause(20, 100);
                 }
             }
