@@ -19,6 +19,15 @@ in both. It judges two rules:
    counter equals the number of accepted writes; the leader's accepted
    acts never go back to a lower term; a read guard's two accepted reads
    saw one value, the number of accepted writes with lower tokens.
+3. The Redis fenced store (`kv` events: fenced_get/fenced_set on a
+   storage server, `kv_final` its values at the end): per key, taken in
+   token order, the accepted writes wrote 1, 2, 3, ... (each a
+   read-modify-write of the one before: a repeat or a gap is a lost
+   update, a write out of token order a stale one); an accepted read saw
+   as many as were accepted with lower tokens; a refused read or write
+   came after an accepted one with a higher token had begun; the final
+   value is the count. A write whose answer was lost (`accepted` null)
+   makes the key's counts unknowable: only the refusal rule is judged.
 
     python3 .ci/judge.py target/nemesis/redis-7.0/history.jsonl
     python3 .ci/judge.py --self-test
@@ -179,6 +188,49 @@ def fenced_store(events, problems):
             )
 
 
+def fenced_kv(events, problems):
+    """The Redis fenced store, per key (rule 3)."""
+    by_key = defaultdict(list)
+    for e in events["kv"]:
+        n = e["_line"]
+        op = need(e, "op", str, n)
+        if op not in ("get", "set"):
+            raise Malformed(f"line {n}: op {op!r}")
+        accepted = e.get("accepted")
+        if accepted not in (True, False, None):
+            raise Malformed(f"line {n}: accepted {accepted!r}")
+        by_key[need(e, "key", str, n)].append(
+            (op, need(e, "token", int, n), accepted, need(e, "value", int, n),
+             need(e, "start", float, n), need(e, "end", float, n), need(e, "client", int, n)))
+    finals = {}
+    for e in events["kv_final"]:
+        finals[need(e, "key", str, e["_line"])] = need(e, "value", int, e["_line"])
+    for key, ops in sorted(by_key.items()):
+        for op, token, accepted, value, start, end, client in ops:
+            if accepted is False and not any(
+                    a is True and t > token and s <= end for _, t, a, _, s, _, _ in ops):
+                problems.append(
+                    f"kv-refused-wrongly on {key}: client {client}'s {op} with token {token} "
+                    f"at {start:.3f} s was refused, no newer token had begun")
+        if any(op == "set" and accepted is None for op, _, accepted, *_ in ops):
+            continue
+        sets = sorted((t, v, c) for op, t, a, v, _, _, c in ops if op == "set" and a is True)
+        for i, (token, value, client) in enumerate(sets, 1):
+            if value != i:
+                problems.append(
+                    f"kv-lost-update on {key}: the accepted write {i} in token order "
+                    f"(client {client}, token {token}) wrote {value}")
+        for op, token, accepted, value, start, _, client in ops:
+            below = sum(1 for t, _, _ in sets if t < token)
+            if op == "get" and accepted is True and value != below:
+                problems.append(
+                    f"kv-stale-read on {key}: client {client} read {value} with token {token}; "
+                    f"{below} writes with lower tokens were accepted")
+        if key in finals and finals[key] != len(sets):
+            problems.append(
+                f"kv-final on {key}: the key holds {finals[key]}, {len(sets)} writes were accepted")
+
+
 def judge(lines):
     """Every violation found, as text; raises Malformed."""
     events = load(lines)
@@ -186,6 +238,7 @@ def judge(lines):
     for resource, holds in sorted(grants(events).items()):
         fenced_mutex(resource, holds, problems)
     fenced_store(events, problems)
+    fenced_kv(events, problems)
     return events, problems
 
 
@@ -201,7 +254,8 @@ def main(path):
         return 2
     print(
         f"judge: {path}: {len(events['hold'])} grants, {len(events['write'])} accepted writes, "
-        f"{len(events['act'])} acts, {len(events['read'])} reads: {len(problems)} violations"
+        f"{len(events['act'])} acts, {len(events['read'])} reads, {len(events['kv'])} fenced "
+        f"kv ops: {len(problems)} violations"
     )
     for p in problems[:SHOWN]:
         print(f"VIOLATION {p}")
@@ -221,6 +275,10 @@ def self_test():
         return {"type": "write", "seq": seq, "resource": resource, "token": token,
                 "client": 0, "read": read}
 
+    def kv(op, token, accepted, value, start):
+        return {"type": "kv", "client": 0, "key": "kv-0", "op": op, "token": token,
+                "accepted": accepted, "value": value, "start": start, "end": start + 0.01}
+
     clean = [
         run,
         hold(0, "reg-0", 10, 0.0, 0.1),
@@ -237,6 +295,10 @@ def self_test():
         {"type": "act", "seq": 1, "term": 3, "client": 0},
         {"type": "read", "seq": 0, "resource": "reg-0", "token": 20, "client": 1,
          "first": 1, "second": 1},
+        kv("get", 10, True, 0, 0.0), kv("set", 10, True, 1, 0.1),
+        kv("get", 20, True, 1, 0.2), kv("set", 9, False, 1, 0.3),
+        kv("set", 20, True, 2, 0.4),
+        {"type": "kv_final", "key": "kv-0", "value": 2},
     ]
     planted = {
         "token-regression": [hold(3, "reg-0", 30, 0.8, 0.9)],
@@ -250,6 +312,11 @@ def self_test():
         "stale-act": [{"type": "act", "seq": 2, "term": 2, "client": 1}],
         "torn-read": [{"type": "read", "seq": 1, "resource": "reg-0", "token": 31,
                        "client": 1, "first": 2, "second": 3}],
+        "kv-lost-update": [kv("set", 30, True, 2, 0.5),
+                           {"type": "kv_final", "key": "kv-0", "value": 3}],
+        "kv-stale-read": [kv("get", 30, True, 1, 0.5)],
+        "kv-refused-wrongly": [kv("set", 40, False, 3, 0.5)],
+        "kv-final": [{"type": "kv_final", "key": "kv-0", "value": 1}],
     }
     failures = []
     _, found = judge(json.dumps(e) for e in clean)

@@ -8,7 +8,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::nemesis::Nemesis;
 
 pub const USAGE: &str = "\
-usage: nemesis [--workload register|run-once|election|multi|semaphore|rw|all]
+usage: nemesis [--workload register|run-once|election|multi|semaphore|rw|
+                           operator|cancel|fenced-kv|clocks|all]
                [--nemesis pause,kill,restart,rollback,partition,late,clock,client-pause|none]
                [--duration SECONDS] [--seed N] [--instances N] [--clients N]
                [--server PATH] [--unfenced] [--report DIR]
@@ -32,16 +33,28 @@ pub enum Workload {
     Multi,
     Semaphore,
     Rw,
+    /// Forced unlocks of live and dead holders (`force_release`).
+    Operator,
+    /// Lock calls of every kind cancelled in flight.
+    Cancel,
+    /// Read-modify-writes through `fenced_get`/`fenced_set`.
+    FencedKv,
+    /// `clock_offsets()`, `doctor()` and `ping()` against the clock faults.
+    Clocks,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 6] = [
+    pub const ALL: [Workload; 10] = [
         Workload::Register,
         Workload::Multi,
         Workload::Election,
         Workload::RunOnce,
         Workload::Semaphore,
         Workload::Rw,
+        Workload::Operator,
+        Workload::Cancel,
+        Workload::FencedKv,
+        Workload::Clocks,
     ];
 
     pub fn name(self) -> &'static str {
@@ -52,6 +65,10 @@ impl Workload {
             Workload::Multi => "multi",
             Workload::Semaphore => "semaphore",
             Workload::Rw => "rw",
+            Workload::Operator => "operator",
+            Workload::Cancel => "cancel",
+            Workload::FencedKv => "fenced-kv",
+            Workload::Clocks => "clocks",
         }
     }
 }
@@ -119,7 +136,8 @@ fn workloads(list: &str) -> Result<Vec<Workload>, String> {
     let found = Workload::ALL.iter().find(|w| w.name() == list);
     found.map(|w| vec![*w]).ok_or_else(|| {
         format!(
-            "--workload {list:?}: one of register, run-once, election, multi, semaphore, rw, all"
+            "--workload {list:?}: one of register, run-once, election, multi, semaphore, rw, \
+             operator, cancel, fenced-kv, clocks, all"
         )
     })
 }

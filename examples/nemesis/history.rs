@@ -53,6 +53,9 @@ pub struct Hold {
     pub key_life: Duration,
     /// How long the lock call was allowed to wait.
     pub wait: Duration,
+    /// When another thread cancelled the call (`Cancel::cancel`) while it
+    /// was in flight, if it did.
+    pub cancelled: Option<Instant>,
     /// Every look at `validity()` while it was positive: when, and the
     /// end it promised. A promise later than the one before means a grant
     /// or an extension was confirmed in between: the checker needs when,
@@ -99,8 +102,70 @@ pub struct Call {
     pub end: Instant,
     pub wait: Duration,
     pub key_life: Duration,
-    /// How it failed: `contended`, `unavailable` or `other`.
+    /// How it failed: `contended`, `unavailable`, `cancelled` or `other`.
     pub error: &'static str,
+    /// When another thread cancelled the call while it was in flight.
+    pub cancelled: Option<Instant>,
+}
+
+/// An operator's `force_release` (`redfence unlock`) of a lock.
+#[derive(Debug, Clone)]
+pub struct Unlock {
+    pub client: usize,
+    pub resource: String,
+    pub start: Instant,
+    pub end: Instant,
+    pub outcome: UnlockOutcome,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnlockOutcome {
+    /// `Ok(Some(holder))`: the holder (the client its identity names) was
+    /// revoked on a quorum by the call's return.
+    Revoked { holder: usize },
+    /// `Ok(Some(holder))` with an identity no client of the run has.
+    RevokedUnknown,
+    /// `Ok(None)`: nothing held on a quorum, nothing deleted.
+    Free,
+    /// An error: fewer than a quorum answered the reading or the delete;
+    /// some deletes may have landed, or land late.
+    Failed,
+}
+
+/// One `fenced_get` or `fenced_set` on the storage server.
+#[derive(Debug, Clone)]
+pub struct KvOp {
+    pub client: usize,
+    pub key: String,
+    pub token: u64,
+    /// `fenced_set` (else `fenced_get`).
+    pub set: bool,
+    pub start: Instant,
+    pub end: Instant,
+    /// Accepted (`Some(true)`), refused as stale (`Some(false)`), or no
+    /// answer (`None`: the storage connection failed).
+    pub accepted: Option<bool>,
+    /// The value read (absent: 0), or written.
+    pub value: i64,
+}
+
+/// One `clock_offsets()` or `doctor()` call made while every instance's
+/// clock offset was known (`nemesis::Clocks`): settled, one generation,
+/// from the call's start to its return.
+#[derive(Debug, Clone)]
+pub struct ClockCheck {
+    pub client: usize,
+    pub start: Instant,
+    pub end: Instant,
+    /// Milliseconds each instance's clock was ahead of the machine's.
+    pub applied_ms: Vec<i64>,
+    /// `clock_offsets()`: per instance (micros, uncertainty in micros), or
+    /// `None` with no answer. Empty for a doctor's check.
+    pub offsets: Vec<Option<(i64, u64)>>,
+    /// `doctor()`: per instance, the severity of its `clock` finding
+    /// (`error`, `warning`, `notice`), or `none` without one (no answer).
+    /// Empty for an offsets check.
+    pub doctor: Vec<String>,
 }
 
 /// One fault, from injection to healing.
@@ -172,6 +237,9 @@ pub struct History {
     pub faults: Mutex<Vec<FaultRecord>>,
     pub runs: Mutex<Vec<Run>>,
     pub sightings: Mutex<Vec<Sighting>>,
+    pub unlocks: Mutex<Vec<Unlock>>,
+    pub kv: Mutex<Vec<KvOp>>,
+    pub clock_checks: Mutex<Vec<ClockCheck>>,
     /// Operations attempted, errors seen (by kind), refused writes.
     pub ops: Mutex<Counters>,
 }
@@ -191,6 +259,24 @@ pub struct Counters {
     pub stalls: u64,
     pub extends: u64,
     pub database_errors: u64,
+    /// Lock calls cancelled in flight by another thread, and of those the
+    /// ones that returned `Cancelled`.
+    pub cancels: u64,
+    pub cancelled: u64,
+    /// Unlocks (`force_release`) by outcome: revoked a holder, found none,
+    /// failed (the checker tells live holders from dead ones).
+    pub unlocks_revoked: u64,
+    pub unlocks_free: u64,
+    pub unlocks_failed: u64,
+    /// `fenced_get`/`fenced_set` calls on the storage server, and refused.
+    pub kv_ops: u64,
+    pub kv_refused: u64,
+    /// Clock checks made, and those skipped because a clock was being
+    /// stepped during the call.
+    pub clock_checks: u64,
+    pub clock_checks_skipped: u64,
+    /// Other calls that send requests (`holder`, `ping`, `leader`, ...).
+    pub probes: u64,
     /// Operations attempted, per workload.
     pub ops_by_workload: BTreeMap<&'static str, u64>,
 }
@@ -208,6 +294,9 @@ impl History {
             faults: Mutex::new(Vec::new()),
             runs: Mutex::new(Vec::new()),
             sightings: Mutex::new(Vec::new()),
+            unlocks: Mutex::new(Vec::new()),
+            kv: Mutex::new(Vec::new()),
+            clock_checks: Mutex::new(Vec::new()),
             ops: Mutex::new(Counters::default()),
         }
     }
@@ -234,11 +323,13 @@ impl History {
         self.count(|c| match error {
             redfence::Error::Contended { .. } => c.contended += 1,
             redfence::Error::Unavailable { .. } => c.unavailable += 1,
+            redfence::Error::Cancelled { .. } => c.cancelled += 1,
             _ => c.other_errors += 1,
         });
         match error {
             redfence::Error::Contended { .. } => "contended",
             redfence::Error::Unavailable { .. } => "unavailable",
+            redfence::Error::Cancelled { .. } => "cancelled",
             _ => "other",
         }
     }

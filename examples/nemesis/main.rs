@@ -22,9 +22,11 @@
 
 mod args;
 mod checker;
+mod checks;
 mod cluster;
 mod history;
 mod nemesis;
+mod ops;
 mod record;
 mod report;
 mod watcher;
@@ -40,12 +42,12 @@ use std::time::{Duration, Instant};
 use postgres::{Client, NoTls};
 use redfence::crossbeam_channel;
 use redfence::sql;
-use redfence::testing::PostgresServer;
+use redfence::testing::{PostgresServer, RedisServer, ServerOptions};
 
 use args::{Args, Workload};
 use cluster::Cluster;
 use history::History;
-use nemesis::{Nemesis, Schedule, Stalls};
+use nemesis::{Clocks, Nemesis, Schedule, Stalls};
 use record::{Meta, Record, Stored};
 use watcher::Watched;
 
@@ -122,6 +124,12 @@ fn run(args: &Args) -> Result<bool, BoxError> {
     let (cluster, nemeses) = start_cluster(args)?;
     let pg = PostgresServer::try_start()?;
     prepare_database(&pg.url())?;
+    // The `fenced_get`/`fenced_set` store: a server of its own, no proxy,
+    // no fault (the lock instances are what is under test).
+    let store = RedisServer::try_start_with(ServerOptions {
+        program: args.server.clone(),
+        ..Default::default()
+    })?;
     let workloads = assign(args);
     println!(
         "{} instances ({}), {} clients ({}), nemeses: {}, {} s{}",
@@ -143,13 +151,14 @@ fn run(args: &Args) -> Result<bool, BoxError> {
     exercise(
         args,
         &cluster,
-        &pg.url(),
+        (&pg.url(), &store.url()),
         &history,
         &nemeses,
         &workloads,
         until,
     );
-    let stored = read_database(&pg.url())?;
+    let mut stored = read_database(&pg.url())?;
+    stored.kv = read_store(&store)?;
     let meta = Meta {
         seed: args.seed,
         instances: cluster.len(),
@@ -309,13 +318,14 @@ fn prepare_database(url: &str) -> Result<(), BoxError> {
 fn exercise(
     args: &Args,
     cluster: &Cluster,
-    pg_url: &str,
+    (pg_url, store_url): (&str, &str),
     history: &History,
     nemeses: &[Nemesis],
     workloads: &[Workload],
     until: Instant,
 ) {
     let stalls = Stalls::default();
+    let clocks = Clocks::new(cluster.len());
     let ctx = workloads::Ctx {
         history,
         stalls: &stalls,
@@ -323,10 +333,14 @@ fn exercise(
         pg_url: pg_url.to_string(),
         unfenced: args.unfenced,
         until,
+        clocks: &clocks,
+        store_url: store_url.to_string(),
     };
     let (stop_watching, stopped) = crossbeam_channel::bounded::<()>(0);
     let mut watched: Vec<Watched> = REGISTERS.iter().map(|r| Watched::lock(r)).collect();
     watched.push(Watched::lock(RUN_JOB));
+    watched.push(Watched::lock(ops::OP_LOCK));
+    watched.extend(ops::KV_KEYS.iter().map(|k| Watched::lock(k)));
     watched.push(Watched::lock(&format!("election:{ELECTION}")));
     watched.extend((0..PERMITS).map(|slot| Watched::permit(SEMAPHORE, slot)));
     watched.extend(Watched::rw(RW_LOCK));
@@ -349,6 +363,7 @@ fn exercise(
             cluster,
             history,
             &stalls,
+            &clocks,
             nemeses.to_vec(),
             args.seed,
             until,
@@ -402,7 +417,20 @@ fn read_database(url: &str) -> Result<Stored, BoxError> {
         writes,
         acts,
         reads,
+        kv: BTreeMap::new(),
     })
+}
+
+/// Each storage key `fenced_set` wrote (`ops::OP_LOCK`, `ops::KV_KEYS`)
+/// and its value at the end (absent: 0).
+fn read_store(store: &RedisServer) -> Result<BTreeMap<String, i64>, BoxError> {
+    let mut conn = store.try_connection()?;
+    let mut out = BTreeMap::new();
+    for key in ops::KV_KEYS.iter().chain([&ops::OP_LOCK]) {
+        let value: Option<i64> = redfence::redis::cmd("GET").arg(key).query(&mut conn)?;
+        out.insert(key.to_string(), value.unwrap_or(0));
+    }
+    Ok(out)
 }
 
 fn summarise(results: &serde_json::Value) {
@@ -437,6 +465,20 @@ fn summarise(results: &serde_json::Value) {
         "orphan_locks",
         "voided_grants",
         "stuck_calls",
+        "cancels",
+        "cancelled",
+        "cancel_violations",
+        "unlocks",
+        "unlocks_of",
+        "unlock_excused",
+        "kv_ops",
+        "kv_refused",
+        "kv_violations",
+        "clock_checks",
+        "clock_checks_skipped",
+        "clock_checks_stepped",
+        "clock_violations",
+        "probes",
     ];
     for k in keys.iter().filter(|k| !results[**k].is_null()) {
         println!("{k}: {}", results[*k]);

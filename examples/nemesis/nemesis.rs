@@ -14,6 +14,8 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
+
+use parking_lot::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
@@ -94,10 +96,75 @@ impl Stalls {
     }
 }
 
+/// The clock offset the clock nemesis has applied to each instance, as the
+/// `clocks` workload judges `clock_offsets()` and `doctor()` against it. A
+/// step is announced before its file is written (`changing`) and published
+/// once the server reads the new clock, each time with a new generation:
+/// a check whose call saw one generation, settled, from start to end knows
+/// every instance's clock during the call.
+pub struct Clocks {
+    state: Mutex<ClockState>,
+    changed: Condvar,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClockState {
+    pub generation: u64,
+    /// A step is being applied: the offsets below may not be in force.
+    pub changing: bool,
+    /// Milliseconds ahead of the machine's clock, per instance.
+    pub offsets_ms: Vec<i64>,
+}
+
+impl Clocks {
+    pub fn new(instances: usize) -> Clocks {
+        Clocks {
+            state: Mutex::new(ClockState {
+                generation: 0,
+                changing: false,
+                offsets_ms: vec![0; instances],
+            }),
+            changed: Condvar::new(),
+        }
+    }
+
+    pub fn now(&self) -> ClockState {
+        self.state.lock().clone()
+    }
+
+    /// Waits until the generation is past `seen` or `timeout` passes.
+    pub fn wait_past(&self, seen: u64, timeout: Duration) -> ClockState {
+        let mut state = self.state.lock();
+        let deadline = Instant::now() + timeout;
+        while state.generation == seen {
+            if self.changed.wait_until(&mut state, deadline).timed_out() {
+                break;
+            }
+        }
+        state.clone()
+    }
+
+    fn begin(&self) {
+        let mut state = self.state.lock();
+        state.generation += 1;
+        state.changing = true;
+        self.changed.notify_all();
+    }
+
+    fn settle(&self, offsets_ms: Vec<i64>) {
+        let mut state = self.state.lock();
+        state.generation += 1;
+        state.changing = false;
+        state.offsets_ms = offsets_ms;
+        self.changed.notify_all();
+    }
+}
+
 pub struct Schedule<'a> {
     pub cluster: &'a Cluster,
     pub history: &'a History,
     pub stalls: &'a Stalls,
+    pub clocks: &'a Clocks,
     pub enabled: Vec<Nemesis>,
     pub rng: StdRng,
     /// No fault starts after this; each ends by `end`.
@@ -111,6 +178,7 @@ impl Schedule<'_> {
         cluster: &'a Cluster,
         history: &'a History,
         stalls: &'a Stalls,
+        clocks: &'a Clocks,
         enabled: Vec<Nemesis>,
         seed: u64,
         until: Instant,
@@ -119,6 +187,7 @@ impl Schedule<'_> {
             cluster,
             history,
             stalls,
+            clocks,
             enabled,
             rng: StdRng::seed_from_u64(seed ^ 0x006e_656d_6573_6973),
             until,
@@ -352,6 +421,7 @@ impl Schedule<'_> {
     }
 
     fn shift_clocks(&mut self, victims: &[usize], by_ms: i64) {
+        self.clocks.begin();
         for &i in victims {
             if by_ms != 0 {
                 self.effects.push(Effect {
@@ -368,6 +438,12 @@ impl Schedule<'_> {
                 server.jump_clock_back(by);
             }
         }
+        // Each jump returned once its server read the new clock (or it is
+        // down and reads it when back): now in force.
+        let offsets = (0..self.cluster.len())
+            .map(|i| self.cluster.server(i).clock_offset_ms())
+            .collect();
+        self.clocks.settle(offsets);
     }
 
     /// Between `min` and `max` distinct instances, at random.

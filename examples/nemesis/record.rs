@@ -12,7 +12,7 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 
 use crate::args::Workload;
-use crate::history::{EffectKind, History, Mode};
+use crate::history::{EffectKind, History, Mode, UnlockOutcome};
 use crate::nemesis::Nemesis;
 
 /// Bumped when a line's meaning changes; `--check` refuses another.
@@ -51,6 +51,8 @@ pub struct Hold {
     pub end: f64,
     pub key_life: f64,
     pub wait: f64,
+    /// When another thread cancelled the call in flight, if it did.
+    pub cancelled: Option<f64>,
     /// (when, promised end) of every look at `validity()`.
     pub notes: Vec<(f64, f64)>,
 }
@@ -65,6 +67,38 @@ pub struct Call {
     pub wait: f64,
     pub key_life: f64,
     pub error: String,
+    pub cancelled: Option<f64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Unlock {
+    pub client: usize,
+    pub resource: String,
+    pub start: f64,
+    pub end: f64,
+    pub outcome: UnlockOutcome,
+}
+
+#[derive(Debug, Clone)]
+pub struct KvOp {
+    pub client: usize,
+    pub key: String,
+    pub token: u64,
+    pub set: bool,
+    pub start: f64,
+    pub end: f64,
+    pub accepted: Option<bool>,
+    pub value: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct ClockCheck {
+    pub client: usize,
+    pub start: f64,
+    pub end: f64,
+    pub applied_ms: Vec<i64>,
+    pub offsets: Vec<Option<(i64, u64)>>,
+    pub doctor: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -121,6 +155,9 @@ pub struct Stored {
     /// (resource, token, client, first value, second value) of each read
     /// guard whose two reads were accepted, in commit order.
     pub reads: Vec<(String, i64, i32, i64, i64)>,
+    /// Each key of the fenced storage server (`fenced_set`) and its value
+    /// at the end (absent: 0).
+    pub kv: BTreeMap<String, i64>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -131,6 +168,9 @@ pub struct Record {
     pub faults: Vec<Fault>,
     pub runs: Vec<Run>,
     pub sightings: Vec<Sighting>,
+    pub unlocks: Vec<Unlock>,
+    pub kv: Vec<KvOp>,
+    pub clock_checks: Vec<ClockCheck>,
     pub stored: Stored,
 }
 
@@ -154,6 +194,7 @@ impl Record {
                 end: s(h.end),
                 key_life: h.key_life.as_secs_f64(),
                 wait: h.wait.as_secs_f64(),
+                cancelled: h.cancelled.map(s),
                 notes: h
                     .notes
                     .iter()
@@ -174,6 +215,7 @@ impl Record {
                 wait: c.wait.as_secs_f64(),
                 key_life: c.key_life.as_secs_f64(),
                 error: c.error.to_string(),
+                cancelled: c.cancelled.map(s),
             })
             .collect();
         let faults: Vec<Fault> = history
@@ -226,6 +268,7 @@ impl Record {
                 reader: x.reader,
             })
             .collect();
+        let (unlocks, kv, clock_checks) = operations(history);
         Record {
             meta,
             holds,
@@ -233,6 +276,9 @@ impl Record {
             faults,
             runs,
             sightings,
+            unlocks,
+            kv,
+            clock_checks,
             stored,
         }
     }
@@ -265,8 +311,42 @@ impl Record {
                 "reader": x.reader,
             }));
         }
+        self.operation_lines(&mut line);
         self.stored_lines(&mut line);
         out
+    }
+
+    fn operation_lines(&self, line: &mut impl FnMut(Value)) {
+        for u in &self.unlocks {
+            let (result, holder) = match u.outcome {
+                UnlockOutcome::Revoked { holder } => ("revoked", Some(holder)),
+                UnlockOutcome::RevokedUnknown => ("revoked", None),
+                UnlockOutcome::Free => ("free", None),
+                UnlockOutcome::Failed => ("failed", None),
+            };
+            line(json!({
+                "type": "unlock", "client": u.client, "resource": u.resource,
+                "start": u.start, "end": u.end, "result": result, "holder": holder,
+            }));
+        }
+        for k in &self.kv {
+            line(json!({
+                "type": "kv", "client": k.client, "key": k.key, "token": k.token,
+                "op": if k.set { "set" } else { "get" }, "start": k.start, "end": k.end,
+                "accepted": k.accepted, "value": k.value,
+            }));
+        }
+        for c in &self.clock_checks {
+            let offsets: Vec<Value> = c
+                .offsets
+                .iter()
+                .map(|o| o.map_or(Value::Null, |(m, u)| json!([m, u])))
+                .collect();
+            line(json!({
+                "type": "clock_check", "client": c.client, "start": c.start, "end": c.end,
+                "applied_ms": c.applied_ms, "offsets": offsets, "doctor": c.doctor,
+            }));
+        }
     }
 
     fn stored_lines(&self, line: &mut impl FnMut(Value)) {
@@ -288,6 +368,9 @@ impl Record {
                 "type": "read", "seq": seq, "resource": resource, "token": token,
                 "client": client, "first": first, "second": second,
             }));
+        }
+        for (key, value) in &st.kv {
+            line(json!({"type": "kv_final", "key": key, "value": value}));
         }
     }
 
@@ -353,6 +436,9 @@ impl Record {
                 voided: o.get("voided").and_then(Value::as_bool).unwrap_or(false),
                 reader: o.get("reader").and_then(Value::as_bool).unwrap_or(false),
             }),
+            "unlock" => self.unlocks.push(parse_unlock(o)?),
+            "kv" => self.kv.push(parse_kv(o)?),
+            "clock_check" => self.clock_checks.push(parse_clock_check(o)?),
             _ => self.add_stored(kind, o)?,
         }
         Ok(())
@@ -379,6 +465,9 @@ impl Record {
                 int(o, "first")?,
                 int(o, "second")?,
             )),
+            "kv_final" => {
+                st.kv.insert(text_of(o, "key")?, int(o, "value")?);
+            }
             other => return Err(format!("unknown event type {other:?}")),
         }
         Ok(())
@@ -406,7 +495,7 @@ fn hold_json(h: &Hold) -> Value {
         "mode": mode, "slot": slot, "tokens": tokens,
         "start": h.start, "granted": h.granted, "claim_end": h.claim_end,
         "releasing": h.releasing, "end": h.end, "key_life": h.key_life,
-        "wait": h.wait, "notes": h.notes,
+        "wait": h.wait, "cancelled": h.cancelled, "notes": h.notes,
     })
 }
 
@@ -414,7 +503,7 @@ fn call_json(c: &Call) -> Value {
     json!({
         "type": "call", "client": c.client, "workload": c.workload.name(),
         "resources": c.resources, "start": c.start, "end": c.end, "wait": c.wait,
-        "key_life": c.key_life, "error": c.error,
+        "key_life": c.key_life, "error": c.error, "cancelled": c.cancelled,
     })
 }
 
@@ -471,6 +560,7 @@ fn parse_hold(o: &Map<String, Value>) -> Result<Hold, String> {
         end: secs(o, "end")?,
         key_life: secs(o, "key_life")?,
         wait: secs(o, "wait")?,
+        cancelled: optional_secs(o, "cancelled")?,
         notes,
     })
 }
@@ -489,6 +579,7 @@ fn parse_call(o: &Map<String, Value>) -> Result<Call, String> {
         wait: secs(o, "wait")?,
         key_life: secs(o, "key_life")?,
         error: text_of(o, "error")?,
+        cancelled: optional_secs(o, "cancelled")?,
     })
 }
 
@@ -569,7 +660,138 @@ fn secs(o: &Map<String, Value>, key: &str) -> Result<f64, String> {
         .ok_or_else(|| format!("{key:?} is not a number of seconds"))
 }
 
+/// A time that may be absent or null (older histories lack it).
+fn optional_secs(o: &Map<String, Value>, key: &str) -> Result<Option<f64>, String> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(_) => secs(o, key).map(Some),
+    }
+}
+
 fn list<'a>(o: &'a Map<String, Value>, key: &str) -> Result<&'a Vec<Value>, String> {
     let v = field(o, key)?;
     v.as_array().ok_or_else(|| format!("{key:?} is not a list"))
+}
+
+/// The unlocks, storage operations and clock checks of the run, in
+/// seconds since its start.
+fn operations(history: &History) -> (Vec<Unlock>, Vec<KvOp>, Vec<ClockCheck>) {
+    let s = |at: Instant| history.secs(at);
+    let unlocks = history
+        .unlocks
+        .lock()
+        .iter()
+        .map(|u| Unlock {
+            client: u.client,
+            resource: u.resource.clone(),
+            start: s(u.start),
+            end: s(u.end),
+            outcome: u.outcome,
+        })
+        .collect();
+    let kv = history
+        .kv
+        .lock()
+        .iter()
+        .map(|k| KvOp {
+            client: k.client,
+            key: k.key.clone(),
+            token: k.token,
+            set: k.set,
+            start: s(k.start),
+            end: s(k.end),
+            accepted: k.accepted,
+            value: k.value,
+        })
+        .collect();
+    let checks = history
+        .clock_checks
+        .lock()
+        .iter()
+        .map(|c| ClockCheck {
+            client: c.client,
+            start: s(c.start),
+            end: s(c.end),
+            applied_ms: c.applied_ms.clone(),
+            offsets: c.offsets.clone(),
+            doctor: c.doctor.clone(),
+        })
+        .collect();
+    (unlocks, kv, checks)
+}
+
+fn parse_unlock(o: &Map<String, Value>) -> Result<Unlock, String> {
+    let holder = o.get("holder").and_then(Value::as_u64);
+    let outcome = match (text_of(o, "result")?.as_str(), holder) {
+        ("revoked", Some(h)) => UnlockOutcome::Revoked { holder: h as usize },
+        ("revoked", None) => UnlockOutcome::RevokedUnknown,
+        ("free", _) => UnlockOutcome::Free,
+        ("failed", _) => UnlockOutcome::Failed,
+        (other, _) => return Err(format!("unknown unlock result {other:?}")),
+    };
+    Ok(Unlock {
+        client: uint(o, "client")? as usize,
+        resource: text_of(o, "resource")?,
+        start: secs(o, "start")?,
+        end: secs(o, "end")?,
+        outcome,
+    })
+}
+
+fn parse_kv(o: &Map<String, Value>) -> Result<KvOp, String> {
+    let set = match text_of(o, "op")?.as_str() {
+        "set" => true,
+        "get" => false,
+        other => return Err(format!("unknown kv op {other:?}")),
+    };
+    let accepted = match field(o, "accepted")? {
+        Value::Null => None,
+        Value::Bool(b) => Some(*b),
+        _ => return Err("\"accepted\" is not true, false or null".into()),
+    };
+    Ok(KvOp {
+        client: uint(o, "client")? as usize,
+        key: text_of(o, "key")?,
+        token: uint(o, "token")?,
+        set,
+        start: secs(o, "start")?,
+        end: secs(o, "end")?,
+        accepted,
+        value: int(o, "value")?,
+    })
+}
+
+fn parse_clock_check(o: &Map<String, Value>) -> Result<ClockCheck, String> {
+    let mut applied_ms = Vec::new();
+    for v in list(o, "applied_ms")? {
+        applied_ms.push(v.as_i64().ok_or("an applied offset is not a number")?);
+    }
+    let mut offsets = Vec::new();
+    for v in list(o, "offsets")? {
+        let pair = v.as_array().filter(|p| p.len() == 2);
+        offsets.push(match (v, pair) {
+            (Value::Null, _) => None,
+            (_, Some(p)) => Some((
+                p[0].as_i64().ok_or("an offset is not a number")?,
+                p[1].as_u64().ok_or("an uncertainty is not a number")?,
+            )),
+            _ => return Err("an offset is not [micros, uncertainty] or null".into()),
+        });
+    }
+    let mut doctor = Vec::new();
+    for v in list(o, "doctor")? {
+        doctor.push(
+            v.as_str()
+                .ok_or("a doctor severity is not a string")?
+                .to_string(),
+        );
+    }
+    Ok(ClockCheck {
+        client: uint(o, "client")? as usize,
+        start: secs(o, "start")?,
+        end: secs(o, "end")?,
+        applied_ms,
+        offsets,
+        doctor,
+    })
 }

@@ -67,6 +67,14 @@ pub fn results(info: &RunInfo<'_>, history: &History, verdict: &Verdict) -> Valu
         "reads_refused": counters.reads_refused,
         "lost_before_write": counters.lost_before_write,
         "database_errors": counters.database_errors,
+        "unlocks": {
+            "revoked": counters.unlocks_revoked,
+            "free": counters.unlocks_free,
+            "failed": counters.unlocks_failed,
+        },
+        "kv_refused": counters.kv_refused,
+        "clock_checks_skipped": counters.clock_checks_skipped,
+        "probes": counters.probes,
         "faults": faults,
     });
     let checks = verdict_json(verdict);
@@ -123,6 +131,19 @@ pub fn verdict_json(verdict: &Verdict) -> Value {
         "orphan_locks": verdict.orphans,
         "voided_grants": verdict.voided_grants,
         "stuck_calls": verdict.stuck_calls,
+        "unlock_excused": {
+            "revoked": verdict.unlock_excused,
+            "failed": verdict.unlock_failed_excused,
+        },
+        "unlocks_of": {"live": verdict.unlocks_of_live, "dead": verdict.unlocks_of_dead},
+        "cancels": verdict.cancels,
+        "cancelled": verdict.cancelled,
+        "cancel_violations": verdict.cancel_violations,
+        "kv_ops": verdict.kv_ops,
+        "kv_violations": verdict.kv_violations,
+        "clock_checks": verdict.clock_checks,
+        "clock_checks_stepped": verdict.clock_checks_stepped,
+        "clock_violations": verdict.clock_violations,
         "excused_by": excused_by,
         "violations": violations,
     })
@@ -195,7 +216,8 @@ pub fn write(
 
 const LANE: u32 = 22;
 const CAPTION: &str = "holds: register blue, multi green, election purple, run-once orange, \
-     permit teal, read light brown, write dark brown; \
+     permit teal, read light brown, write dark brown, operator magenta, cancel olive, \
+     fenced-kv indigo; \
      faults: pause grey, kill/restart/rollback black, partition orange, late yellow, \
      clock light blue, client-pause pink (on client lanes); violations: red lines";
 
@@ -297,6 +319,9 @@ fn hold_colour(w: crate::args::Workload, mode: Mode) -> RGBColor {
         (Election, _) => RGBColor(150, 90, 170),
         (RunOnce, _) => RGBColor(200, 140, 40),
         (Semaphore | Rw, _) => RGBColor(40, 160, 160),
+        (Operator, _) => RGBColor(200, 60, 120),
+        (Cancel, _) => RGBColor(150, 150, 60),
+        (FencedKv | Clocks, _) => RGBColor(90, 90, 200),
     }
 }
 

@@ -20,6 +20,16 @@
 //!   of a write in between. The store fences both (`RW_READ_FENCE`,
 //!   `RW_WRITE_FENCE`).
 //!
+//! - `operator`, `cancel`, `fenced-kv`, `clocks`: the operations no user
+//!   workload above makes (forced unlocks, cancelled calls, the Redis
+//!   fenced store, clock readings and the doctor): see `ops.rs`.
+//!
+//! Calls that take the defaults (`TTL`, `WAIT`, the watchdog: the
+//! client's `default_options`) go, at random, through each of the short
+//! forms (`lock`, `try_lock`, `try_lock_for`, `try_lock_until`, and the
+//! same of sets, permits, reads and writes), so that every public way in
+//! is exercised (`.ci/bench_coverage.py` checks that none is left out).
+//!
 //! A `semaphore` or `rw` client runs `THREADS` threads on its one
 //! `Redlock`, as a program's pool of workers does: with a client or two
 //! per workload, that is enough callers to fill the permits, and readers
@@ -33,12 +43,13 @@ use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
 use redfence::{
-    sql, Error, LockGuard, LockOptions, MultiGuard, Permit, ReadGuard, Redlock, WriteGuard,
+    crossbeam_channel, sql, Cancel, Election, Error, Leadership, LockGuard, LockOptions,
+    MultiGuard, Permit, ReadGuard, Redlock, WriteGuard,
 };
 
 use crate::args::Workload;
 use crate::history::{Call, Claim, History, Hold, Mode, Run};
-use crate::nemesis::Stalls;
+use crate::nemesis::{Clocks, Stalls};
 use crate::{
     slot_resource, ELECTION, ELECTION_LEASE, EXTEND_MAX, INSTANCE_TIMEOUT, PERMITS, REGISTERS,
     RUN_HOLD, RUN_JITTER, RUN_JOB, RUN_KEY_LIFE, RUN_TTL, RUN_WINDOW, RW_LOCK, SEMAPHORE, THREADS,
@@ -59,6 +70,11 @@ pub struct Ctx<'a> {
     pub unfenced: bool,
     /// Clients start no operation after this.
     pub until: Instant,
+    /// The clock offsets the clock nemesis applied (the `clocks` workload).
+    pub clocks: &'a Clocks,
+    /// The fenced storage server (`fenced_get`/`fenced_set`), not a lock
+    /// instance: no fault touches it.
+    pub store_url: String,
 }
 
 /// The identity client `id` locks with: the watcher tells whose a lock
@@ -98,13 +114,17 @@ pub const RW_WRITE_FENCE: &str = "UPDATE rw_fences SET seen = $2, written = $2 \
 pub const RW_READ_FENCE: &str = "UPDATE rw_fences SET seen = GREATEST(seen, $2) \
      WHERE resource = $1 AND written <= $2 RETURNING seen";
 
-struct Worker<'a> {
-    ctx: &'a Ctx<'a>,
-    id: usize,
-    workload: Workload,
-    locks: Redlock,
-    db: Client,
-    rng: StdRng,
+pub struct Worker<'a> {
+    pub ctx: &'a Ctx<'a>,
+    pub id: usize,
+    pub workload: Workload,
+    pub locks: Redlock,
+    pub db: Client,
+    pub rng: StdRng,
+    /// Which of its client's threads this is (0 first).
+    pub thread: usize,
+    /// The fenced storage server, once connected (`ops.rs`).
+    pub store: Option<redfence::redis::Connection>,
 }
 
 /// Runs client `id` until the run's end: one thread, or `THREADS` on the
@@ -114,9 +134,10 @@ pub fn run(ctx: &Ctx<'_>, id: usize, workload: Workload, seed: u64) -> Result<()
     let locks = Redlock::builder(ctx.urls.clone())
         .identity(identity(id))
         .instance_timeout(INSTANCE_TIMEOUT)
+        .default_options(defaults())
         .build()?;
     let threads = match workload {
-        Workload::Semaphore | Workload::Rw => THREADS,
+        Workload::Semaphore | Workload::Rw | Workload::Operator | Workload::FencedKv => THREADS,
         _ => 1,
     };
     let mut workers = Vec::with_capacity(threads);
@@ -131,6 +152,8 @@ pub fn run(ctx: &Ctx<'_>, id: usize, workload: Workload, seed: u64) -> Result<()
             locks: locks.clone(),
             db: Client::connect(&ctx.pg_url, NoTls)?,
             rng: StdRng::seed_from_u64(seed),
+            thread: t,
+            store: None,
         });
     }
     drop(locks);
@@ -157,8 +180,14 @@ pub fn run(ctx: &Ctx<'_>, id: usize, workload: Workload, seed: u64) -> Result<()
     })
 }
 
+/// The options every client's short forms (`lock`, `try_lock_for`, ...)
+/// take: the registers' lease and wait, with the watchdog.
+pub fn defaults() -> LockOptions {
+    LockOptions::new().ttl(TTL).wait(WAIT).auto_extend(true)
+}
+
 /// What one operation asks for.
-enum Ask {
+pub enum Ask {
     /// One register, or a set of them.
     Registers(Vec<&'static str>),
     /// A permit of the semaphore.
@@ -171,13 +200,25 @@ enum Ask {
 impl Ask {
     /// The resources whose keys the call's attempts may write: for a
     /// permit, every slot.
-    fn resources(&self) -> Vec<String> {
+    pub fn resources(&self) -> Vec<String> {
         match self {
             Ask::Registers(list) => list.iter().map(|r| r.to_string()).collect(),
             Ask::Permit => (0..PERMITS).map(slot_resource).collect(),
             Ask::Read | Ask::Write => vec![RW_LOCK.to_string()],
         }
     }
+}
+
+/// Which form of a lock call to make: `*_with(options)`, or a short form
+/// that takes the client's defaults (`lock`, `try_lock`, `try_lock_for`,
+/// `try_lock_until`, and the same of sets, permits, reads and writes).
+#[derive(Clone, Copy)]
+enum Form {
+    With,
+    Plain,
+    Try,
+    For(Duration),
+    Until(Instant),
 }
 
 /// Which fence the store checks a guard's token against.
@@ -190,7 +231,7 @@ enum Fence {
 }
 
 /// A guard of any kind, with what the workloads need of each.
-enum Guard {
+pub enum Guard {
     One(LockGuard),
     Set(MultiGuard),
     Permit(Permit),
@@ -199,7 +240,7 @@ enum Guard {
 }
 
 impl Guard {
-    fn validity(&self) -> Duration {
+    pub fn validity(&self) -> Duration {
         match self {
             Guard::One(g) => g.validity(),
             Guard::Set(g) => g.validity(),
@@ -221,7 +262,7 @@ impl Guard {
 
     /// Each resource the guard stands for, with its token: a permit's is
     /// the slot it says it holds.
-    fn tokens(&self) -> Vec<(String, u64)> {
+    pub fn tokens(&self) -> Vec<(String, u64)> {
         match self {
             Guard::One(g) => vec![(g.resource().to_string(), g.token().get())],
             Guard::Set(g) => g
@@ -251,7 +292,7 @@ impl Guard {
         }
     }
 
-    fn release(self) {
+    pub fn release(self) {
         // A release that fails (the lease was lost, instances down) is
         // what the faults are for: the history has what matters.
         let _ = match self {
@@ -269,6 +310,10 @@ impl Worker<'_> {
         match self.workload {
             Workload::Election => self.elections()?,
             Workload::RunOnce => self.run_once(),
+            Workload::Operator => self.operator(),
+            Workload::Cancel => self.cancels(),
+            Workload::FencedKv => self.fenced_kv(),
+            Workload::Clocks => self.clocks()?,
             _ => self.holds(),
         }
         Ok(())
@@ -301,27 +346,83 @@ impl Worker<'_> {
         Ask::Registers(picked.iter().map(|i| REGISTERS[i]).collect())
     }
 
-    fn take(&self, ask: &Ask, options: LockOptions) -> Result<Guard, Error> {
+    /// The call for `ask`: with `options`, or, when they are the client's
+    /// defaults (but perhaps the wait), one of the short forms at random.
+    pub fn take(&mut self, ask: &Ask, options: LockOptions) -> Result<Guard, Error> {
+        let wait = options.get_wait();
+        let short = options.get_ttl() == TTL
+            && options.get_auto_extend()
+            && options.get_hold_at_least().is_zero()
+            && options.get_cancel().is_none()
+            && (wait.is_zero() || wait == WAIT);
+        let form = if !short {
+            Form::With
+        } else {
+            match self.rng.random_range(0..4) {
+                0 => Form::With,
+                _ if wait.is_zero() => Form::Try,
+                1 => Form::Plain,
+                2 => Form::For(wait),
+                _ => Form::Until(Instant::now() + wait),
+            }
+        };
+        self.take_as(ask, options, form)
+    }
+
+    fn take_as(&self, ask: &Ask, options: LockOptions, form: Form) -> Result<Guard, Error> {
         match ask {
             Ask::Registers(list) => match list.as_slice() {
-                [one] => self.locks.lock_with(one, options).map(Guard::One),
-                all => self.locks.lock_all_with(all, options).map(Guard::Set),
+                [one] => self.take_one(one, options, form).map(Guard::One),
+                all => match form {
+                    Form::Plain => self.locks.lock_all(all),
+                    Form::Try => self.locks.try_lock_all(all),
+                    _ => self.locks.lock_all_with(all, options),
+                }
+                .map(Guard::Set),
             },
-            Ask::Permit => self
-                .locks
-                .semaphore(SEMAPHORE, PERMITS)
-                .acquire_with(options)
-                .map(Guard::Permit),
-            Ask::Read => self
-                .locks
-                .rw_lock(RW_LOCK)
-                .read_with(options)
-                .map(Guard::Read),
-            Ask::Write => self
-                .locks
-                .rw_lock(RW_LOCK)
-                .write_with(options)
-                .map(Guard::Write),
+            Ask::Permit => {
+                let s = self.locks.semaphore(SEMAPHORE, PERMITS);
+                match form {
+                    Form::With => s.acquire_with(options),
+                    Form::Plain => s.acquire(),
+                    Form::Try => s.try_acquire(),
+                    Form::For(wait) => s.try_acquire_for(wait),
+                    Form::Until(at) => s.try_acquire_until(at),
+                }
+                .map(Guard::Permit)
+            }
+            Ask::Read => {
+                let rw = self.locks.rw_lock(RW_LOCK);
+                match form {
+                    Form::With => rw.read_with(options),
+                    Form::Plain => rw.read(),
+                    Form::Try => rw.try_read(),
+                    Form::For(wait) => rw.try_read_for(wait),
+                    Form::Until(at) => rw.try_read_until(at),
+                }
+                .map(Guard::Read)
+            }
+            Ask::Write => {
+                let rw = self.locks.rw_lock(RW_LOCK);
+                match form {
+                    Form::With => rw.write_with(options),
+                    Form::Plain => rw.write(),
+                    Form::Try => rw.try_write(),
+                    Form::For(wait) => rw.try_write_for(wait),
+                    Form::Until(at) => rw.try_write_until(at),
+                }
+                .map(Guard::Write)
+            }
+        }
+    }
+
+    fn take_one(&self, one: &str, options: LockOptions, form: Form) -> Result<LockGuard, Error> {
+        match form {
+            Form::With => self.locks.lock_with(one, options),
+            Form::Plain => self.locks.lock(one),
+            Form::Try => self.locks.try_lock(one),
+            Form::For(wait) => self.locks.try_lock_for(one, wait),
+            Form::Until(at) => self.locks.try_lock_until(one, at),
         }
     }
 
@@ -404,7 +505,7 @@ impl Worker<'_> {
     /// nothing more to do), then the stall if asked for, between the check
     /// and the write as a GC pause would: past the lease and every
     /// extension's TTL.
-    fn work_then_check(
+    pub fn work_then_check(
         &mut self,
         guard: &Guard,
         hold: &mut HoldNotes,
@@ -471,7 +572,7 @@ impl Worker<'_> {
     /// Works in steps, extending before each by what the step needs
     /// (300 ms to 1.5 s) and, when too few instances answered, asking again
     /// at once for twice that and more.
-    fn work_in_steps(&mut self, guard: &Guard, hold: &mut HoldNotes, steps: u32) {
+    pub fn work_in_steps(&mut self, guard: &Guard, hold: &mut HoldNotes, steps: u32) {
         for _ in 0..steps {
             let ms = self
                 .rng
@@ -558,51 +659,151 @@ impl Worker<'_> {
         Ok(true)
     }
 
+    /// Campaigns through every way in (`campaign_for`, `try_campaign`,
+    /// `campaign`, `run`), leads, resigns. Those that wait without a bound
+    /// end at the run's end: a shutdown cancels them, as a service's would.
     fn elections(&mut self) -> Result<(), BoxError> {
-        let election = self.locks.election(ELECTION)?.lease(ELECTION_LEASE);
+        let shutdown = Cancel::new();
+        let (done, finished) = crossbeam_channel::bounded::<()>(0);
+        let until = self.ctx.until;
+        thread::scope(|s| {
+            let canceller = shutdown.clone();
+            let timer = s.spawn(move || {
+                // Returns at the run's end, or at once when campaigns end.
+                let _ = finished.recv_deadline(until);
+                canceller.cancel();
+            });
+            let result = self.campaigns(&shutdown);
+            drop(done);
+            let _ = timer.join();
+            result
+        })
+    }
+
+    fn campaigns(&mut self, shutdown: &Cancel) -> Result<(), BoxError> {
+        let election = self
+            .locks
+            .election(ELECTION)?
+            .lease(ELECTION_LEASE)
+            .cancel(shutdown);
+        let events = election.observe();
+        let resource = format!("election:{ELECTION}");
         while Instant::now() < self.ctx.until {
             self.ctx.history.op(self.workload);
             let start = Instant::now();
-            let leadership = match election.campaign_for(WAIT) {
-                Ok(l) => l,
-                Err(e) => {
-                    let resource = format!("election:{ELECTION}");
-                    self.failed_call(&[resource], start, WAIT, ELECTION_LEASE, &e);
-                    continue;
-                }
+            // `campaign` and `run` wait until elected or cancelled.
+            let unbounded = self.ctx.until.saturating_duration_since(start) + WAIT;
+            let (result, wait) = match self.rng.random_range(0..8) {
+                0 => (self.run_term(&election, start, unbounded), unbounded),
+                1 | 2 => (election.try_campaign().map(Some), Duration::ZERO),
+                3 => (election.campaign().map(Some), unbounded),
+                _ => (election.campaign_for(WAIT).map(Some), WAIT),
             };
-            let granted = Instant::now();
-            let mut claim = Claim::new(granted);
-            let term = leadership.term().get();
-            let lead_for = Duration::from_millis(self.rng.random_range(300..=2500));
-            while granted.elapsed() < lead_for && leadership.is_leader() {
-                claim.note(leadership.validity());
-                if let Err(e) = self.act(term) {
-                    self.ctx.history.count(|c| c.database_errors += 1);
-                    eprintln!("client {}: {e}", self.id);
-                    self.reconnect();
+            match result {
+                Ok(Some(leadership)) => {
+                    let led = self.lead(&election, &leadership);
+                    let term = leadership.term().get();
+                    let _ = leadership.resign();
+                    self.push_term(term, start, led, wait);
                 }
-                self.pause(50, 150);
+                Ok(None) => {}
+                Err(e) => {
+                    self.failed_call(
+                        std::slice::from_ref(&resource),
+                        start,
+                        wait,
+                        ELECTION_LEASE,
+                        &e,
+                    );
+                    self.pause(20, 100);
+                }
             }
-            claim.note(leadership.validity());
-            let releasing = Instant::now();
-            let _ = leadership.resign();
-            self.push_hold(Hold {
-                client: self.id,
-                workload: Workload::Election,
-                mode: Mode::Exclusive,
-                tokens: vec![(format!("election:{ELECTION}"), term)],
-                start,
-                granted,
-                claim_end: claim.end,
-                releasing,
-                end: Instant::now(),
-                key_life: ELECTION_LEASE,
-                wait: WAIT,
-                notes: claim.notes,
-            });
         }
+        // The observer saw the terms come and go: a count, not judged.
+        let seen = events.try_iter().count() as u64;
+        self.ctx.history.count(|c| c.probes += seen);
         Ok(())
+    }
+
+    /// One term through `Election::run`: campaign until elected, lead,
+    /// and stop after that term. `Ok(None)`: recorded here.
+    fn run_term(
+        &mut self,
+        election: &Election,
+        start: Instant,
+        wait: Duration,
+    ) -> Result<Option<Leadership>, Error> {
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(1);
+        let mut led: Option<(u64, Led)> = None;
+        let result = election.run(&stopped, |leadership| {
+            // Checked once this term ends: one term only.
+            let _ = stop.try_send(());
+            led = Some((leadership.term().get(), self.lead(election, leadership)));
+            Ok::<(), Error>(())
+        });
+        // `run` resigned before returning: the term ended by now.
+        match (led, result) {
+            (Some((term, led)), _) => {
+                self.push_term(term, start, led, wait);
+                Ok(None)
+            }
+            (None, Err(e)) => Err(e),
+            (None, Ok(())) => Ok(None),
+        }
+    }
+
+    /// Leads while `is_leader()` for a while: a fenced act now and then,
+    /// and once a look at who the instances say leads.
+    fn lead(&mut self, election: &Election, leadership: &Leadership) -> Led {
+        let granted = Instant::now();
+        let mut claim = Claim::new(granted);
+        let term = leadership.term().get();
+        let lead_for = Duration::from_millis(self.rng.random_range(300..=2500));
+        let mut asked = false;
+        while granted.elapsed() < lead_for && leadership.is_leader() {
+            claim.note(leadership.validity());
+            if !asked {
+                asked = true;
+                // Not judged: under faults the instances may not agree yet.
+                let _ = election.leader();
+                self.ctx.history.count(|c| c.probes += 1);
+            }
+            if let Err(e) = self.act(term) {
+                self.ctx.history.count(|c| c.database_errors += 1);
+                eprintln!("client {}: {e}", self.id);
+                self.reconnect();
+            }
+            self.pause(50, 150);
+        }
+        claim.note(leadership.validity());
+        Led {
+            granted,
+            claim,
+            releasing: Instant::now(),
+        }
+    }
+
+    fn push_term(&self, term: u64, start: Instant, led: Led, wait: Duration) {
+        let Led {
+            granted,
+            claim,
+            releasing,
+        } = led;
+        self.push_hold(Hold {
+            client: self.id,
+            workload: Workload::Election,
+            mode: Mode::Exclusive,
+            tokens: vec![(format!("election:{ELECTION}"), term)],
+            start,
+            granted,
+            claim_end: claim.end,
+            releasing,
+            end: Instant::now(),
+            key_life: ELECTION_LEASE,
+            wait,
+            cancelled: None,
+            notes: claim.notes,
+        });
     }
 
     /// One act of a leader: a fenced write under its term.
@@ -673,7 +874,7 @@ impl Worker<'_> {
         hold.finish(self);
     }
 
-    fn failed_call(
+    pub fn failed_call(
         &self,
         resources: &[String],
         start: Instant,
@@ -694,26 +895,35 @@ impl Worker<'_> {
             wait,
             key_life: life,
             error,
+            cancelled: None,
         });
     }
 
-    fn push_hold(&self, hold: Hold) {
+    pub fn push_hold(&self, hold: Hold) {
         self.ctx.history.count(|c| c.grants += 1);
         self.ctx.history.holds.lock().push(hold);
     }
 
-    fn pause(&mut self, min_ms: u64, max_ms: u64) {
+    pub fn pause(&mut self, min_ms: u64, max_ms: u64) {
         let ms = self.rng.random_range(min_ms..=max_ms);
         thread::sleep(Duration::from_millis(ms));
     }
 
     /// A new database connection after an error; the old one may be
     /// broken. Bounded: a failure here is retried at the next error.
-    fn reconnect(&mut self) {
+    pub fn reconnect(&mut self) {
         if let Ok(db) = Client::connect(&self.ctx.pg_url, NoTls) {
             self.db = db;
         }
     }
+}
+
+/// A term as its leader saw it: from the campaign's return to the
+/// resignation.
+struct Led {
+    granted: Instant,
+    claim: Claim,
+    releasing: Instant,
 }
 
 /// The recipe's first statement (`sql::ADVANCE_FENCE`, or the
@@ -735,19 +945,20 @@ fn fence_passes(
 }
 
 /// A hold being recorded.
-struct HoldNotes {
-    mode: Mode,
-    tokens: Vec<(String, u64)>,
-    start: Instant,
-    granted: Instant,
-    claim: Claim,
-    releasing: Instant,
-    key_life: Duration,
-    wait: Duration,
+pub struct HoldNotes {
+    pub mode: Mode,
+    pub tokens: Vec<(String, u64)>,
+    pub start: Instant,
+    pub granted: Instant,
+    pub claim: Claim,
+    pub releasing: Instant,
+    pub key_life: Duration,
+    pub wait: Duration,
+    pub cancelled: Option<Instant>,
 }
 
 impl HoldNotes {
-    fn new(guard: &Guard, start: Instant, granted: Instant, wait: Duration) -> HoldNotes {
+    pub fn new(guard: &Guard, start: Instant, granted: Instant, wait: Duration) -> HoldNotes {
         let mut claim = Claim::new(granted);
         claim.note(guard.validity());
         HoldNotes {
@@ -759,10 +970,11 @@ impl HoldNotes {
             releasing: granted,
             key_life: TTL,
             wait,
+            cancelled: None,
         }
     }
 
-    fn finish(self, worker: &Worker<'_>) {
+    pub fn finish(self, worker: &Worker<'_>) {
         worker.push_hold(Hold {
             client: worker.id,
             workload: worker.workload,
@@ -775,6 +987,7 @@ impl HoldNotes {
             end: Instant::now(),
             key_life: self.key_life,
             wait: self.wait,
+            cancelled: self.cancelled,
             notes: self.claim.notes,
         });
     }

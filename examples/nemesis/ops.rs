@@ -1,0 +1,454 @@
+//! The workloads of what users do around their locks, besides holding
+//! them, under the same faults as the rest:
+//!
+//! - `operator`: two threads on one client. One takes `OP_LOCK` and either
+//!   works (a fenced read-modify-write on the storage server, steps,
+//!   stalls: a live holder) or dies holding it (`mem::forget`, no
+//!   watchdog, a long lease: a dead holder). The other, an operator, looks
+//!   (`holder`) and revokes whoever holds it (`force_release`), then takes
+//!   the lock and writes with the newer token: a live holder revoked
+//!   mid-work must be refused by the store from then on.
+//! - `cancel`: locks, sets, permits, reads and writes, with and without
+//!   `hold_at_least`, each cancelled by another thread at a random moment.
+//! - `fenced-kv`: read-modify-writes of counters on the storage server
+//!   through `fenced_get` and `fenced_set`, under locks of the same names.
+//! - `clocks`: `clock_offsets()`, `doctor()` and `ping()` whenever the
+//!   clock nemesis steps a clock, and in between.
+//!
+//! Everything is recorded for the checker (`checker.rs`) and `.ci/judge.py`.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rand::seq::index::sample;
+use rand::Rng;
+use redfence::crossbeam_channel::{self, RecvTimeoutError};
+use redfence::redis;
+use redfence::{fenced_get, fenced_set, Cancel, Error, FencingToken, LockOptions, Redlock};
+
+use crate::history::{Call, ClockCheck, KvOp, Unlock, UnlockOutcome};
+use crate::workloads::{Ask, Guard, HoldNotes, Worker};
+use crate::{MAX_KEY_LIFE, REGISTERS, TTL, WAIT};
+
+/// The lock the operator revokes, and the storage key it guards.
+pub const OP_LOCK: &str = "op-lock";
+/// A dead holder's lease: long, as a crashed job's often is, so that only
+/// the operator frees it early (within `MAX_KEY_LIFE`, which the checks
+/// assume).
+pub const DEAD_TTL: Duration = MAX_KEY_LIFE;
+/// The `fenced-kv` counters, each under the lock of the same name.
+pub const KV_KEYS: [&str; 2] = ["kv-0", "kv-1"];
+/// How long a cancelled call may wait: longer than any cancel comes.
+pub const CANCEL_WAIT: Duration = Duration::from_secs(4);
+/// The latest a cancel comes after the call began.
+pub const CANCEL_AFTER_MAX: Duration = Duration::from_millis(1500);
+/// Between clock checks while no clock moves.
+const CLOCK_IDLE: Duration = Duration::from_millis(700);
+
+/// The client an identity names (`workloads::identity`).
+pub fn client_of(identity: &str) -> Option<usize> {
+    identity.strip_prefix("nemesis-c")?.parse().ok()
+}
+
+/// The longest a hold-at-least grant's keys live from its acquire: the
+/// TTL, the hold and the drift allowance over it (1 % and 2 ms).
+pub fn key_life_with_hold(ttl: Duration, hold: Duration) -> Duration {
+    ttl + hold * 101 / 100 + Duration::from_millis(2)
+}
+
+impl Worker<'_> {
+    /// `operator`: thread 0 holds `OP_LOCK`, thread 1 revokes it.
+    pub fn operator(&mut self) {
+        while Instant::now() < self.ctx.until {
+            self.ctx.history.op(self.workload);
+            if self.thread == 0 {
+                self.op_hold();
+            } else {
+                self.op_unlock();
+            }
+        }
+    }
+
+    fn op_hold(&mut self) {
+        let dead = self.rng.random_bool(0.35);
+        // A dead holder's process is gone: no watchdog extends its lease.
+        let (ttl, auto) = if dead {
+            (DEAD_TTL, false)
+        } else {
+            (TTL, self.rng.random_bool(0.5))
+        };
+        let options = LockOptions::new().ttl(ttl).wait(WAIT).auto_extend(auto);
+        let start = Instant::now();
+        let guard = match self.locks.lock_with(OP_LOCK, options) {
+            Ok(g) => Guard::One(g),
+            Err(e) => {
+                self.failed_call(&[OP_LOCK.to_string()], start, WAIT, ttl, &e);
+                return self.pause(0, 100);
+            }
+        };
+        let mut hold = HoldNotes::new(&guard, start, Instant::now(), WAIT);
+        hold.key_life = ttl;
+        if dead {
+            self.pause(0, 200);
+            hold.claim.note(guard.validity());
+            hold.releasing = Instant::now();
+            // The process dies: no release, no clean-up, its keys live out
+            // their lease unless an operator revokes them.
+            std::mem::forget(guard);
+            return hold.finish(self);
+        }
+        let steps = self.rng.random_range(0..=3);
+        let stall = !auto && self.ctx.stalls.take();
+        self.kv_modify(&guard, &mut hold, OP_LOCK, stall, steps);
+        hold.claim.note(guard.validity());
+        hold.releasing = Instant::now();
+        guard.release();
+        hold.finish(self);
+    }
+
+    /// A look, a forced release, and, when it revoked a holder, a newer
+    /// holder's fenced write.
+    fn op_unlock(&mut self) {
+        self.pause(100, 1200);
+        // What an operator looks at first (`redfence holder`): not judged,
+        // the unlock reads the holder again.
+        let _ = self.locks.holder(OP_LOCK);
+        self.ctx.history.count(|c| c.probes += 1);
+        let start = Instant::now();
+        let result = self.locks.force_release(OP_LOCK);
+        let end = Instant::now();
+        let outcome = match &result {
+            Ok(Some(h)) => match h.identity.as_deref().and_then(client_of) {
+                Some(holder) => UnlockOutcome::Revoked { holder },
+                None => UnlockOutcome::RevokedUnknown,
+            },
+            Ok(None) => UnlockOutcome::Free,
+            Err(_) => UnlockOutcome::Failed,
+        };
+        self.ctx.history.count(|c| match outcome {
+            UnlockOutcome::Revoked { .. } | UnlockOutcome::RevokedUnknown => c.unlocks_revoked += 1,
+            UnlockOutcome::Free => c.unlocks_free += 1,
+            UnlockOutcome::Failed => c.unlocks_failed += 1,
+        });
+        self.ctx.history.unlocks.lock().push(Unlock {
+            client: self.id,
+            resource: OP_LOCK.to_string(),
+            start,
+            end,
+            outcome,
+        });
+        if matches!(outcome, UnlockOutcome::Revoked { .. }) {
+            self.newer_write();
+        }
+    }
+
+    /// The lock taken after a revocation, and a write with its token: a
+    /// revoked holder still working is refused from then on.
+    fn newer_write(&mut self) {
+        let options = LockOptions::new().ttl(TTL).wait(WAIT);
+        let start = Instant::now();
+        let guard = match self.locks.lock_with(OP_LOCK, options) {
+            Ok(g) => Guard::One(g),
+            Err(e) => return self.failed_call(&[OP_LOCK.to_string()], start, WAIT, TTL, &e),
+        };
+        let mut hold = HoldNotes::new(&guard, start, Instant::now(), WAIT);
+        self.kv_modify(&guard, &mut hold, OP_LOCK, false, 0);
+        hold.claim.note(guard.validity());
+        hold.releasing = Instant::now();
+        guard.release();
+        hold.finish(self);
+    }
+
+    /// `fenced-kv`: a counter's read-modify-write under its lock, with the
+    /// register's extensions, watchdog or not, and stalls.
+    pub fn fenced_kv(&mut self) {
+        while Instant::now() < self.ctx.until {
+            self.ctx.history.op(self.workload);
+            let key = KV_KEYS[self.rng.random_range(0..KV_KEYS.len())];
+            let steps = if self.rng.random_bool(0.5) {
+                self.rng.random_range(1..=3)
+            } else {
+                0
+            };
+            let auto = steps == 0 && self.rng.random_bool(0.7);
+            let wait = if self.rng.random_bool(0.3) {
+                Duration::ZERO
+            } else {
+                WAIT
+            };
+            let options = LockOptions::new().ttl(TTL).wait(wait).auto_extend(auto);
+            let start = Instant::now();
+            match self.locks.lock_with(key, options) {
+                Ok(g) => {
+                    let guard = Guard::One(g);
+                    let stall = !auto && self.ctx.stalls.take();
+                    let mut hold = HoldNotes::new(&guard, start, Instant::now(), wait);
+                    self.kv_modify(&guard, &mut hold, key, stall, steps);
+                    hold.claim.note(guard.validity());
+                    hold.releasing = Instant::now();
+                    guard.release();
+                    hold.finish(self);
+                }
+                Err(e) => self.failed_call(&[key.to_string()], start, wait, TTL, &e),
+            }
+            self.pause(0, 100);
+        }
+    }
+
+    /// The fenced read-modify-write of `key`: read with the guard's
+    /// token, work, check the validity, stall if asked, write read + 1.
+    fn kv_modify(
+        &mut self,
+        guard: &Guard,
+        hold: &mut HoldNotes,
+        key: &str,
+        stall: bool,
+        steps: u32,
+    ) {
+        let Guard::One(lock) = guard else { return };
+        let token = lock.token();
+        let Some(read) = self.kv_op(key, token, None) else {
+            return;
+        };
+        if self.work_then_check(guard, hold, stall, steps) {
+            self.kv_op(key, token, Some(read + 1));
+        }
+    }
+
+    /// `fenced_get` (`value: None`) or `fenced_set` of `value`, recorded;
+    /// the value read (absent: 0) or written when accepted.
+    fn kv_op(&mut self, key: &str, token: FencingToken, value: Option<i64>) -> Option<i64> {
+        let start = Instant::now();
+        let (accepted, seen) = match self.store() {
+            Some(conn) => match value {
+                None => match fenced_get(conn, key, token) {
+                    Ok(v) => (Some(true), v.and_then(|s| s.parse().ok()).unwrap_or(0)),
+                    Err(e) if e.code() == Some("STALE") => (Some(false), 0),
+                    Err(_) => (None, 0),
+                },
+                Some(v) => match fenced_set(conn, key, token, v) {
+                    Ok(written) => (Some(written), v),
+                    Err(_) => (None, v),
+                },
+            },
+            None => (None, value.unwrap_or(0)),
+        };
+        let end = Instant::now();
+        if accepted.is_none() {
+            // A broken connection: the next operation opens a new one.
+            self.store = None;
+        }
+        self.ctx.history.count(|c| {
+            c.kv_ops += 1;
+            c.kv_refused += u64::from(accepted == Some(false));
+        });
+        self.ctx.history.kv.lock().push(KvOp {
+            client: self.id,
+            key: key.to_string(),
+            token: token.get(),
+            set: value.is_some(),
+            start,
+            end,
+            accepted,
+            value: seen,
+        });
+        (accepted == Some(true)).then_some(seen)
+    }
+
+    /// The storage connection, opened when first needed.
+    fn store(&mut self) -> Option<&mut redis::Connection> {
+        if self.store.is_none() {
+            let client = redis::Client::open(self.ctx.store_url.as_str()).ok()?;
+            self.store = client.get_connection().ok();
+        }
+        self.store.as_mut()
+    }
+
+    /// `cancel`: one call of a random kind, with or without a hold,
+    /// cancelled by another thread at a random moment.
+    pub fn cancels(&mut self) {
+        while Instant::now() < self.ctx.until {
+            self.ctx.history.op(self.workload);
+            let ask = match self.rng.random_range(0..5) {
+                0 | 1 => {
+                    let k = self.rng.random_range(1..=2);
+                    let picked = sample(&mut self.rng, REGISTERS.len(), k);
+                    Ask::Registers(picked.iter().map(|i| REGISTERS[i]).collect())
+                }
+                2 => Ask::Permit,
+                3 => Ask::Read,
+                _ => Ask::Write,
+            };
+            let hold = if self.rng.random_bool(0.5) {
+                Duration::from_millis(self.rng.random_range(300..=1200))
+            } else {
+                Duration::ZERO
+            };
+            self.cancel_one(ask, hold);
+            self.pause(0, 100);
+        }
+    }
+
+    fn cancel_one(&mut self, ask: Ask, hold: Duration) {
+        let options = LockOptions::new()
+            .ttl(TTL)
+            .wait(CANCEL_WAIT)
+            .hold_at_least(hold);
+        let after = Duration::from_millis(
+            self.rng
+                .random_range(0..=CANCEL_AFTER_MAX.as_millis() as u64),
+        );
+        let (start, result, cancelled) = self.call_cancelled_after(&ask, options, after);
+        self.ctx
+            .history
+            .count(|c| c.cancels += u64::from(cancelled.is_some()));
+        let guard = match result {
+            Ok(g) => g,
+            Err(e) => {
+                // Undone as a failed attempt, hold or no hold: its keys
+                // live no longer than the TTL (the orphan check judges).
+                let error = self.ctx.history.count_error(&e);
+                self.ctx.history.calls.lock().push(Call {
+                    client: self.id,
+                    workload: self.workload,
+                    resources: ask.resources(),
+                    start,
+                    end: Instant::now(),
+                    wait: CANCEL_WAIT,
+                    key_life: TTL,
+                    error,
+                    cancelled,
+                });
+                return;
+            }
+        };
+        let mut notes = HoldNotes::new(&guard, start, Instant::now(), CANCEL_WAIT);
+        notes.key_life = key_life_with_hold(TTL, hold);
+        notes.cancelled = cancelled;
+        self.pause(20, 300);
+        notes.claim.note(guard.validity());
+        notes.releasing = Instant::now();
+        guard.release();
+        notes.finish(self);
+    }
+
+    /// Makes the call while another thread cancels it `after` its start
+    /// (unless it returned first): its start, result and when the cancel
+    /// was made.
+    fn call_cancelled_after(
+        &mut self,
+        ask: &Ask,
+        options: LockOptions,
+        after: Duration,
+    ) -> (Instant, Result<Guard, Error>, Option<Instant>) {
+        let cancel = Cancel::new();
+        let options = options.cancel(&cancel);
+        let (done, returned) = crossbeam_channel::bounded::<()>(0);
+        thread::scope(|s| {
+            let canceller = s.spawn(move || match returned.recv_timeout(after) {
+                Err(RecvTimeoutError::Timeout) => {
+                    let at = Instant::now();
+                    cancel.cancel();
+                    Some(at)
+                }
+                // The call returned first: nothing to cancel.
+                _ => None,
+            });
+            let start = Instant::now();
+            let result = self.take(ask, options);
+            drop(done);
+            let cancelled = canceller.join().ok().flatten();
+            (start, result, cancelled)
+        })
+    }
+
+    /// `clocks`: a check whenever a clock step settles, and every
+    /// `CLOCK_IDLE` while none does; every third a doctor's, the others
+    /// `clock_offsets()`, and a `ping()` now and then.
+    pub fn clocks(&mut self) -> Result<(), crate::BoxError> {
+        // An operator's tool has a client of its own.
+        let probe = Redlock::new(self.ctx.urls.clone())?;
+        let mut seen = self.ctx.clocks.now().generation;
+        let mut n: u64 = 0;
+        while Instant::now() < self.ctx.until {
+            let state = self.ctx.clocks.wait_past(seen, CLOCK_IDLE);
+            seen = state.generation;
+            if state.changing {
+                continue;
+            }
+            self.ctx.history.op(self.workload);
+            self.clock_check(&probe, n % 3 == 2);
+            if n.is_multiple_of(5) {
+                let _ = probe.ping();
+                self.ctx.history.count(|c| c.probes += 1);
+            }
+            n += 1;
+        }
+        Ok(())
+    }
+
+    /// One check, recorded only if no clock moved during the call.
+    fn clock_check(&mut self, probe: &Redlock, doctor: bool) {
+        let before = self.ctx.clocks.now();
+        let start = Instant::now();
+        let (offsets, severities) = if doctor {
+            (
+                Vec::new(),
+                clock_severities(&probe.doctor(), before.offsets_ms.len()),
+            )
+        } else {
+            let offsets = probe
+                .clock_offsets()
+                .into_iter()
+                .map(|(_, o)| o.map(|o| (o.micros(), o.uncertainty().as_micros() as u64)));
+            (offsets.collect(), Vec::new())
+        };
+        let end = Instant::now();
+        // A doctor's rows that are not one per instance cannot be told
+        // apart (`clock_severities`): not judged either.
+        let unreadable = doctor && severities.is_empty();
+        if unreadable || before.changing || self.ctx.clocks.now() != before {
+            return self.ctx.history.count(|c| c.clock_checks_skipped += 1);
+        }
+        self.ctx.history.count(|c| c.clock_checks += 1);
+        self.ctx.history.clock_checks.lock().push(ClockCheck {
+            client: self.id,
+            start,
+            end,
+            applied_ms: before.offsets_ms,
+            offsets,
+            doctor: severities,
+        });
+    }
+}
+
+/// Each instance's `clock` finding's severity (`none` without one), in the
+/// order the instances were given: a standalone server's rows come in that
+/// order, one each.
+fn clock_severities(report: &redfence::DoctorReport, instances: usize) -> Vec<String> {
+    if report.instances.len() != instances {
+        return Vec::new();
+    }
+    report
+        .instances
+        .iter()
+        .map(|row| {
+            row.findings
+                .iter()
+                .find(|f| f.check == "clock")
+                .map_or("none".to_string(), |f| f.severity.to_string())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workloads::identity;
+
+    #[test]
+    fn identities_name_their_clients() {
+        assert_eq!(client_of(&identity(7)), Some(7));
+        assert_eq!(client_of("someone-else"), None);
+    }
+}
