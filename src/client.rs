@@ -242,7 +242,13 @@ impl Redlock {
         step: Result<S, Error>,
         options: LockOptions,
     ) -> Result<Arc<Lease>, Error> {
-        let call = telemetry::LockCall::start(name, options.get_wait());
+        // A name the call will refuse may be of any size: not worth a log line.
+        let label = if name.len() <= crate::MAX_RESOURCE_LEN {
+            name
+        } else {
+            "(too long)"
+        };
+        let call = telemetry::LockCall::start(label, options.get_wait());
         let mut attempts = 0;
         let result = call.in_scope(|| step.and_then(|s| self.attempts(s, options, &mut attempts)));
         call.finish(result.as_ref().map(|lease| lease.tokens[0]), attempts);
@@ -473,7 +479,9 @@ impl Redlock {
             .collect();
         for (instance, offset) in &rows {
             if let Some(offset) = offset {
-                crate::telemetry::clock_offset(instance, *offset);
+                let bound = crate::MAX_CLOCK_OFFSET;
+                let past = (!offset.is_within(bound)).then_some(bound);
+                crate::telemetry::clock_offset(instance, offset.as_secs_f64(), past);
             }
         }
         rows

@@ -410,7 +410,7 @@ impl InstanceError {
     pub fn from_redis(instance: &str, err: &redis::RedisError) -> Self {
         use redis::ErrorKind as K;
         #[cfg(feature = "tls-rustls")]
-        if let Some(detail) = crate::transport::tls::describe(err) {
+        if let Some(detail) = crate::tls_error::describe(err) {
             return InstanceError::new(instance, InstanceErrorKind::Tls, detail);
         }
         // A refusal inside a pipeline (the scripts loaded on connect) is

@@ -162,6 +162,8 @@ mod rwlock;
 mod semaphore;
 pub mod sql;
 mod telemetry;
+#[cfg(feature = "tls-rustls")]
+mod tls_error;
 mod token;
 mod transport;
 

@@ -313,14 +313,9 @@ pub(crate) struct LockCall {
 
 impl LockCall {
     #[inline]
+    /// `resource` as the caller can name it in a log line (a name the call
+    /// will refuse may be of any size: the caller shortens it).
     pub fn start(resource: &str, wait: Duration) -> Self {
-        // A name the call will refuse may be of any size: not worth a log line.
-        #[cfg(feature = "tracing")]
-        let resource = if resource.len() <= crate::MAX_RESOURCE_LEN {
-            resource
-        } else {
-            "(too long)"
-        };
         LockCall {
             #[cfg(any(feature = "metrics", feature = "tracing"))]
             started: Instant::now(),
@@ -536,24 +531,25 @@ pub(crate) fn extend_finished(resource: &str, result: &Result<(), Error>) {
     }
 }
 
-/// An instance's clock offset from the others was measured: the gauge,
-/// and a warning past the bound the guarantees assume.
+/// An instance's clock offset from the others was measured, in seconds:
+/// the gauge, and a warning when it is past `bound` (the caller judges:
+/// `Some(bound)` past it, `None` within).
 #[inline]
-pub(crate) fn clock_offset(instance: &str, offset: crate::ClockOffset) {
+pub(crate) fn clock_offset(instance: &str, seconds: f64, past: Option<Duration>) {
     #[cfg(feature = "metrics")]
-    metrics::gauge!(CLOCK_OFFSET, "instance" => instance.to_string()).set(offset.as_secs_f64());
+    metrics::gauge!(CLOCK_OFFSET, "instance" => instance.to_string()).set(seconds);
     #[cfg(feature = "tracing")]
-    if !offset.is_within(crate::MAX_CLOCK_OFFSET) {
+    if let Some(bound) = past {
         tracing::warn!(
             target: targets::INSTANCE,
             instance,
-            offset_seconds = offset.as_secs_f64(),
-            bound_seconds = crate::MAX_CLOCK_OFFSET.as_secs_f64(),
+            offset_seconds = seconds,
+            bound_seconds = bound.as_secs_f64(),
             "an instance clock is further off the others than fencing tokens assume"
         );
     }
     #[cfg(not(any(feature = "metrics", feature = "tracing")))]
-    let _ = (instance, offset);
+    let _ = (instance, seconds, past);
 }
 
 /// A request was refused because the instance's queue was full.
