@@ -371,11 +371,19 @@ const RELEASE_HOLD: RequestKind = script(
     "release_hold.lua",
     Effect::Writes(Writes {
         changes: &[Lock, Void],
-        judged: &[checked_by(
-            "model_lease",
-            &["LeaseAction::ReleaseHold", "LeaseAction::LandHold"],
-            LEASE,
-        )],
+        judged: &[
+            checked_by(
+                "model_lease",
+                &["LeaseAction::ReleaseHold", "LeaseAction::LandHold"],
+                LEASE,
+            ),
+            // Its void key: the clean-up model with a hold's release.
+            checked_by(
+                "model_lease",
+                &["CleanAction::LandCleanup", "CleanAction::LandAcquire"],
+                &[(CleanUp, "NOT_REWRITTEN")],
+            ),
+        ],
         unjudged: &[(Tokens, NO_COUNTER)],
         caveat: None,
     }),
