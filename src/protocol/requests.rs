@@ -492,20 +492,25 @@ const RW_RELEASE: RequestKind = script(
     }),
 );
 
-// A known gap (tests/request_kinds.rs): no model extends a reader-writer
-// lock. It does what extend.lua does (GT) on the writer key and on a
-// reader's entry, which model_lease checks for a lock key only.
+// model_lease's key stands for the writer key and for one reader's entry:
+// rw_extend.lua lengthens either only where it holds the value, and only
+// later (`PEXPIRE … GT`, `ZADD … GT` with the set's own expiry raised, never
+// lowered), as extend.lua does for a lock key.
 const RW_EXTEND: RequestKind = script(
     "rw_extend.lua",
     Effect::Writes(Writes {
         changes: &[Lock],
-        judged: &[],
-        unjudged: &[
-            (Tokens, NO_COUNTER),
-            (Holds, RW_NO_HOLD),
-            (CleanUp, CREATES_NONE),
-        ],
-        caveat: None,
+        judged: &[checked_by(
+            "model_lease",
+            &["LeaseAction::Round", "LeaseAction::Land"],
+            LEASE,
+        )],
+        unjudged: &[(Tokens, NO_COUNTER), (CleanUp, CREATES_NONE)],
+        caveat: Some(
+            "model_lease models one key per instance; a reader's entry in the readers set \
+             is such a key (its score is its expiry), and the set's own expiry is only \
+             raised to cover it",
+        ),
     }),
 );
 
