@@ -208,6 +208,22 @@ mod tests {
     use super::sealed::Sealed;
     use super::*;
 
+    proptest::proptest! {
+        /// Any text given as an instance URL converts or is refused with a
+        /// reason: never a panic, and a refusal never repeats a password.
+        #[test]
+        fn any_url_text_converts_or_is_refused(
+            scheme in "(redis|rediss|redis\\+unix|http|)",
+            rest in "[ -~]{0,40}",
+        ) {
+            let text = format!("{scheme}://user:s3cr3t-pw@{rest}");
+            if let Err(Invalid::Bad(why)) = parse_url(&text) {
+                proptest::prop_assert!(!why.contains("s3cr3t-pw"), "{}", why);
+            }
+            let _ = parse_url(&rest);
+        }
+    }
+
     fn reason(text: &str) -> String {
         match text.into_instance() {
             Err(Invalid::Bad(why)) => why,

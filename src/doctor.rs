@@ -488,6 +488,15 @@ fn flag_duplicates(rows: &mut [InstanceReport], run_ids: &HashMap<String, Vec<us
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        /// Any INFO text parses, and the checks read it: never a panic.
+        #[test]
+        fn any_info_text_parses(text in "[ -~\\r\\n:]{0,200}") {
+            let info = Info::parse(&text);
+            let _ = (role_findings(&info), eviction_findings(&info), persistence_findings(&info));
+        }
+    }
+
     #[test]
     fn info_fields_give_each_finding() {
         let info = Info::parse(

@@ -353,3 +353,17 @@ fn refusal(
     }
     Error::unavailable(name, quorum.size(), answered, failed)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        /// Any reply to the holder scripts classifies: never a panic.
+        #[test]
+        fn any_holder_reply_classifies(values in crate::arbitrary::replies()) {
+            let _ = classify(&values);
+            let _ = classify_rw(&values);
+        }
+    }
+}

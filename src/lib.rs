@@ -218,6 +218,35 @@ pub use token::FencingToken;
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use telemetry::describe_metrics;
 
+/// Random server replies for the property tests of what decodes them.
+#[cfg(test)]
+pub(crate) mod arbitrary {
+    use proptest::prelude::*;
+    use redis::Value;
+
+    /// Any reply shape: integers, strings (bulk and status), nil, OK, and
+    /// arrays of them, nested a few levels.
+    pub(crate) fn reply() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Nil),
+            Just(Value::Okay),
+            any::<i64>().prop_map(Value::Int),
+            proptest::collection::vec(any::<u8>(), 0..24).prop_map(Value::BulkString),
+            "[ -~]{0,12}".prop_map(Value::SimpleString),
+            // Digits, as TIME, counters and scores come.
+            "[0-9]{0,20}".prop_map(|s| Value::BulkString(s.into_bytes())),
+        ];
+        leaf.prop_recursive(3, 32, 6, |inner| {
+            proptest::collection::vec(inner, 0..6).prop_map(Value::Array)
+        })
+    }
+
+    /// A request's replies: one to three of them.
+    pub(crate) fn replies() -> impl Strategy<Value = Vec<Value>> {
+        proptest::collection::vec(reply(), 0..3)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -310,3 +310,16 @@ fn classify(values: &[Value]) -> Vote<Vec<u32>, String> {
     }
     unexpected("semaphore slots", values)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        /// Any reply to the free-slot script classifies: never a panic.
+        #[test]
+        fn any_slots_reply_classifies(values in crate::arbitrary::replies()) {
+            let _ = classify(&values);
+        }
+    }
+}

@@ -345,6 +345,7 @@ fn classify_acquire(values: &[Value]) -> Vote<Vec<u64>, Option<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::any;
 
     #[test]
     fn the_token_is_the_quorum_th_smallest_answer() {
@@ -378,6 +379,34 @@ mod tests {
         );
         assert_eq!(choose_token(vec![7], Quorum::of(3)), None);
         assert_eq!(choose_token(vec![], Quorum::of(0)), None);
+    }
+
+    proptest::proptest! {
+        /// Any reply, however malformed, is a vote or a failure: never a
+        /// panic.
+        #[test]
+        fn any_reply_classifies(values in crate::arbitrary::replies()) {
+            let _ = classify_acquire(&values);
+        }
+
+        /// The token is the quorum-th smallest answer, and held when a
+        /// quorum answered at least it.
+        #[test]
+        fn the_token_is_one_a_quorum_does_not_exceed(
+            answers in proptest::collection::vec(any::<u64>(), 0..8),
+            voters in 1usize..8,
+        ) {
+            let quorum = Quorum::of(voters);
+            match choose_token(answers.clone(), quorum) {
+                None => proptest::prop_assert!(answers.len() < quorum.size()),
+                Some((token, held)) => {
+                    let at_most = answers.iter().filter(|a| **a <= token).count();
+                    proptest::prop_assert!(at_most >= quorum.size());
+                    let at_least = answers.iter().filter(|a| **a >= token).count();
+                    proptest::prop_assert_eq!(held, quorum.reached(at_least));
+                }
+            }
+        }
     }
 
     #[test]

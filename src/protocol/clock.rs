@@ -282,6 +282,19 @@ fn time_micros(reply: &Value) -> Option<u64> {
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        /// Any reply read as TIME is a reading or nothing: never a panic,
+        /// and the offsets of any readings are computed.
+        #[test]
+        fn any_time_reply_reads(reply in crate::arbitrary::reply(), rtt in 0u64..5_000_000) {
+            let sent = Instant::now();
+            let reading = Reading::from_reply(&reply, sent, sent + Duration::from_micros(rtt));
+            let _ = fresh_offsets(&[reading, None, reading]);
+            let clock = InstanceClock::default();
+            let _ = clock.record(&reply, sent, sent);
+        }
+    }
+
     fn time(secs: u64, micros: u64) -> Value {
         Value::Array(vec![
             Value::BulkString(secs.to_string().into_bytes()),

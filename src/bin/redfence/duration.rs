@@ -46,6 +46,22 @@ pub fn show(d: Duration) -> String {
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        /// Any argument parses or is refused with a reason: never a panic.
+        #[test]
+        fn any_text_parses_or_is_refused(text in "[ -~]{0,24}") {
+            let _ = parse(&text);
+        }
+
+        /// A whole number of a unit is exactly that many.
+        #[test]
+        fn whole_numbers_of_each_unit_are_exact(n in 0u64..1_000_000, unit in 0usize..4) {
+            let (suffix, scale) = [("ms", 1), ("s", 1000), ("m", 60_000), ("h", 3_600_000)][unit];
+            let got = parse(&format!("{n}{suffix}")).map_err(proptest::test_runner::TestCaseError::fail)?;
+            proptest::prop_assert_eq!(got, Duration::from_millis(n * scale));
+        }
+    }
+
     #[test]
     fn units() {
         assert_eq!(parse("500ms"), Ok(Duration::from_millis(500)));

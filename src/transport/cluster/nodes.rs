@@ -104,6 +104,16 @@ fn node_addr(info: &ConnectionInfo) -> Option<String> {
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        /// Any reply to CLUSTER SLOTS parses to slot ranges or none: never
+        /// a panic.
+        #[test]
+        fn any_slots_reply_parses(reply in crate::arbitrary::reply()) {
+            let _ = parse_slots(&reply, Some("127.0.0.1"));
+            let _ = parse_slots(&reply, None);
+        }
+    }
+
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
     }
