@@ -45,8 +45,10 @@
 //! retries after a random pause, or when the holder's release is announced,
 //! until the wait budget ends.
 //!
-//! The fencing token is the highest answer among the granting instances.
-//! If they disagree, a second round raises the counter to at least the
+//! The fencing token is the quorum-th smallest answer among the granting
+//! instances (one that a quorum of them does not exceed: an instance whose
+//! clock runs ahead cannot push it up alone). If fewer than a quorum
+//! answered at least it, a second round raises the counter to at least the
 //! token on a quorum before the grant stands, so the next grant, whose
 //! quorum overlaps this one, counts above it. Every token is at least the
 //! instance's clock in microseconds, so a counter that was lost or came

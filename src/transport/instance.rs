@@ -79,7 +79,7 @@ pub(crate) struct Request {
 const MAX_HOPS: u8 = 3;
 
 /// Where a shard worker hands a request that its shard redirected (a
-/// cluster position's router, `cluster.rs`).
+/// cluster position's router, `transport/cluster/mod.rs`).
 pub(crate) trait Redirect: Send + Sync {
     fn redirect(&self, req: Request, to: Redirection);
     /// The shard did not answer: its slots may have moved (a failover).
