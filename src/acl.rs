@@ -49,6 +49,30 @@ pub const ACL_COMMANDS: &[&str] = &[
     "zremrangebyscore",
 ];
 
+/// What each command of [`ACL_COMMANDS`] is needed for: a user without
+/// it cannot use these (the doctor names them next to the missing rule).
+/// The one place that ties a command to the primitives sending it or
+/// calling it from their scripts; a unit test checks it against the
+/// scripts' calls.
+pub(crate) fn needed_for(command: &str) -> &'static str {
+    match command {
+        "ping" => "ping and readiness checks",
+        "time" => "every connection (the instance clock is read on connect)",
+        "evalsha" | "script|load" | "get" | "set" => "every primitive",
+        "del" => "releases, unlock and reader-writer locks",
+        "exists" => "locks, sets, semaphores, elections and reader-writer locks",
+        "type" => "locks, sets, semaphores and elections",
+        "pexpire" => "locks (fence raises), extensions, holds and reader-writer locks",
+        "publish" => "releases (the announcement that wakes waiters)",
+        "subscribe" | "unsubscribe" | "punsubscribe" => "waiting for a release",
+        "pttl" => "holder reads (holder, status), elections and reader-writer locks",
+        "zadd" | "zrem" | "zscore" | "zrange" | "zremrangebyscore" => {
+            "reader-writer locks (reads, writes, their holders and unlock)"
+        }
+        _ => "redfence",
+    }
+}
+
 /// The commands a Redis Cluster position needs on top of
 /// [`ACL_COMMANDS`]: `cluster|slots` (the slot map), `asking` (a slot being
 /// moved), and sharded pub/sub for release notifications (`spublish`,
@@ -134,6 +158,86 @@ mod tests {
             include_str!("../docs/cluster.md").contains(&cluster),
             "{cluster}"
         );
+    }
+
+    /// Every command a script calls is listed, and said to be needed by
+    /// the primitives that run that script.
+    #[test]
+    fn each_script_call_is_a_listed_command_needed_by_its_primitives() {
+        let scripts: &[(&str, &str, &str)] = &[
+            ("acquire", include_str!("../lua/acquire.lua"), "locks"),
+            ("extend", include_str!("../lua/extend.lua"), "extensions"),
+            (
+                "fence_raise",
+                include_str!("../lua/fence_raise.lua"),
+                "locks",
+            ),
+            (
+                "force_release",
+                include_str!("../lua/force_release.lua"),
+                "unlock",
+            ),
+            ("holder", include_str!("../lua/holder.lua"), "holder reads"),
+            ("release", include_str!("../lua/release.lua"), "releases"),
+            (
+                "release_hold",
+                include_str!("../lua/release_hold.lua"),
+                "holds",
+            ),
+            (
+                "rw_acquire",
+                include_str!("../lua/rw_acquire.lua"),
+                "reader-writer",
+            ),
+            (
+                "rw_extend",
+                include_str!("../lua/rw_extend.lua"),
+                "reader-writer",
+            ),
+            (
+                "rw_force_release",
+                include_str!("../lua/rw_force_release.lua"),
+                "unlock",
+            ),
+            (
+                "rw_holders",
+                include_str!("../lua/rw_holders.lua"),
+                "holder",
+            ),
+            (
+                "rw_release",
+                include_str!("../lua/rw_release.lua"),
+                "reader-writer",
+            ),
+            (
+                "rw_withdraw",
+                include_str!("../lua/rw_withdraw.lua"),
+                "reader-writer",
+            ),
+            (
+                "semaphore_slots",
+                include_str!("../lua/semaphore_slots.lua"),
+                "semaphores",
+            ),
+            ("term", include_str!("../lua/term.lua"), "elections"),
+        ];
+        for (name, source, primitive) in scripts {
+            for call in source.split("redis.call('").skip(1) {
+                let command = call.split('\'').next().unwrap_or("").to_ascii_lowercase();
+                assert!(
+                    ACL_COMMANDS.contains(&command.as_str()),
+                    "{name}: {command}"
+                );
+                let needed = needed_for(&command);
+                let listed = needed.contains(primitive)
+                    || needed.starts_with("every")
+                    || (command == "zscore" && *name == "fence_raise");
+                assert!(listed, "{name} calls {command}, needed for {needed:?}");
+            }
+        }
+        for command in ACL_COMMANDS {
+            assert_ne!(needed_for(command), "redfence", "{command}");
+        }
     }
 
     #[test]

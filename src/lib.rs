@@ -200,7 +200,7 @@ pub use address::IntoInstance;
 pub use builder::RedlockBuilder;
 pub use cancel::Cancel;
 pub use client::Redlock;
-pub use doctor::{DoctorReport, Finding, InstanceReport, Severity};
+pub use doctor::{DoctorReport, Finding, InstanceReport, Severity, Verdict};
 pub use election::{Election, LeaderEvent, LeaderInfo, Leadership};
 pub use error::{Error, InstanceError, InstanceErrorKind, LossReason};
 pub use fenced::{fenced_get, fenced_get_shared, fenced_set};

@@ -1705,6 +1705,113 @@ fn doctor_reports_each_instance_and_exits_by_what_it_found() {
     assert_eq!(code(out.status), 69, "{}", stdout(&out));
 }
 
+/// The doctor's verdicts as an operator meets them: a wrong password and
+/// a missing `+evalsha` on two of five exit 78, name each, state the
+/// margin and count the answers as `ping` does; a missing `+zadd` (which
+/// only reader-writer locks need) is named before `run --read` meets it;
+/// one instance down of three is a warning with the margin (exit 0, as
+/// `ping`).
+#[test]
+fn doctor_names_each_unusable_instance_and_the_margin() {
+    let rules = redfence::acl_rules("redfence:").join(" ");
+    let options = ServerOptions {
+        acl_users: vec![format!("app on >app-pa55 {rules}")],
+        ..Default::default()
+    };
+    let cluster = RedisServers::start_with(5, options);
+    let urls = cluster.urls_as("app", "app-pa55");
+    cluster
+        .server(1)
+        .cmd(&["ACL", "SETUSER", "app", "resetpass", ">other-pa55"])
+        .unwrap();
+    cluster
+        .server(3)
+        .cmd(&["ACL", "SETUSER", "app", "-evalsha"])
+        .unwrap();
+    cluster
+        .server(4)
+        .cmd(&["ACL", "SETUSER", "app", "-zadd"])
+        .unwrap();
+    let out = output(redfence_at(&urls).arg("doctor"));
+    let text = stdout(&out);
+    assert_eq!(code(out.status), 78, "{text}{}", stderr(&out));
+    let line = |i: usize| ping_line(&text, cluster.server(i));
+    assert!(line(1).ends_with("refused credentials"), "{text}");
+    assert!(
+        line(3).ends_with("missing permissions (+evalsha)"),
+        "{text}"
+    );
+    assert!(line(4).ends_with("missing permissions (+zadd)"), "{text}");
+    assert_eq!(text.matches("+evalsha").count(), 2, "{text}");
+    assert!(
+        text.contains("4 of 5 positions answered, 2 usable (quorum 3)")
+            && text.contains("no quorum is left"),
+        "{text}"
+    );
+    assert!(!text.contains("pa55"), "{text}");
+    let ping = output(redfence_at(&urls).arg("ping"));
+    assert!(
+        stdout(&ping).contains("4 of 5 instances answered"),
+        "{}",
+        stdout(&ping)
+    );
+
+    let out = output(redfence_at(&urls).args(["doctor", "--json"]));
+    assert_eq!(code(out.status), 78);
+    let doc: Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(
+        (
+            &doc["answered"],
+            &doc["usable"],
+            &doc["margin"],
+            &doc["healthy"]
+        ),
+        (
+            &Value::from(4),
+            &Value::from(2),
+            &Value::Null,
+            &Value::from(false)
+        )
+    );
+    let verdicts: Vec<&str> = doc["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row["verdict"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        verdicts,
+        // Without +info, persistence is not read: usable.
+        [
+            "usable",
+            "refused-credentials",
+            "usable",
+            "missing-permissions",
+            "missing-permissions"
+        ]
+    );
+    assert_eq!(
+        doc["instances"][4]["missing_rules"],
+        serde_json::json!(["+zadd"])
+    );
+
+    let cluster = RedisServers::start(3);
+    cluster.server(2).kill();
+    let out = output(redfence(&cluster).arg("doctor"));
+    let text = stdout(&out);
+    assert_eq!(code(out.status), 0, "{text}");
+    assert!(
+        ping_line(&text, cluster.server(2)).ends_with("unreachable"),
+        "{text}"
+    );
+    assert!(
+        text.contains("2 of 3 positions answered, 2 usable (quorum 2)")
+            && text.contains("margin 0: losing one more position leaves no quorum"),
+        "{text}"
+    );
+    assert_eq!(code(output(redfence(&cluster).arg("ping")).status), 0);
+}
+
 // --- Semaphores and reader-writer locks: run --permits/--read/--write, status
 
 /// Starts a `run` with `options` on `resource` whose command writes

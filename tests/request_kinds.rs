@@ -48,6 +48,9 @@ fn is_gap(tree: &Tree, kind: &str, aspect: Option<Aspect>) -> bool {
         .any(|g| g.kind == kind && g.aspect == aspect)
 }
 
+/// Where the doctor's permission probes are sent from.
+const PROBE_SITE: &str = "src/doctor/permissions.rs";
+
 /// Commands a read-only script may call, and a read-only native kind be.
 const READ_ONLY: &[&str] = &[
     "GET",
@@ -58,6 +61,7 @@ const READ_ONLY: &[&str] = &[
     "PTTL",
     "TTL",
     "TIME",
+    "CONFIG GET",
     "ZRANGE",
     "ZRANGEBYSCORE",
     "ZSCORE",
@@ -226,7 +230,13 @@ fn script_problems(registry: &[RequestKind], tree: &Tree) -> Vec<String> {
 // --------------------------------------------------------------- commands
 
 /// The source without its comment lines (doc comments name commands).
+/// The code of a source file: no comment lines, and no unit-test module
+/// (`#[cfg(test)] mod tests`, last in a file by convention): tests send
+/// nothing to an instance.
 fn code(text: &str) -> String {
+    let text = text
+        .find("#[cfg(test)]\nmod tests")
+        .map_or(text, |at| &text[..at]);
     text.lines()
         .filter(|l| !l.trim_start().starts_with("//"))
         .collect::<Vec<_>>()
@@ -369,6 +379,11 @@ fn unreadable_forms(path: &str, code: &str) -> Vec<String> {
     if code.contains("Script::new(\"") {
         report("a script written inline: put it in lua/ and register it");
     }
+    // `let cmd = redis::cmd;` then `cmd("X")` would pack X unseen.
+    let aliased = code.contains("= redis::cmd;") || code.contains("use redis::cmd");
+    if aliased {
+        report("`redis::cmd` taken under another name: call `redis::cmd(\"X\")` itself");
+    }
     found
 }
 
@@ -425,6 +440,12 @@ fn effect_problems(kind: &RequestKind, tree: &Tree) -> Vec<String> {
             wrong("a store script is included by src/fenced.rs only, with why it is safe")
         }
         (Effect::Store(_), Sent::Command { .. }) => wrong("only scripts go to the store"),
+        (Effect::Probe(why), Sent::Command { sites, .. })
+            if why.is_empty() || sites.iter().any(|(file, _)| *file != PROBE_SITE) =>
+        {
+            wrong("a probe is sent by the doctor's permission check only, with why it is safe")
+        }
+        (Effect::Probe(_), Sent::Script { .. }) => wrong("a probe is a command, not a script"),
         (Effect::Writes(writes), _) => writes_problems(name, writes, tree),
         _ => Vec::new(),
     }
@@ -702,6 +723,7 @@ fn copy(kind: &RequestKind) -> RequestKind {
         Effect::NoKey(what) => Effect::NoKey(what),
         Effect::RunsScript => Effect::RunsScript,
         Effect::Store(why) => Effect::Store(why),
+        Effect::Probe(why) => Effect::Probe(why),
         Effect::Writes(w) => Effect::Writes(Writes { ..*w }),
     };
     RequestKind {
@@ -752,6 +774,8 @@ fn commands_the_scan_cannot_read_are_reported() {
             redis::Cmd::new().arg("DEL").query::<()>(conn).ok();
             redis::pipe().cmd("SCRIPT").arg(name);
             redis::Script::new("return redis.call('DEL', KEYS[1])").invoke::<()>(conn).ok();
+            let cmd = redis::cmd;
+            cmd("FLUSHALL").query::<()>(conn).ok();
         }
     "#;
     let found = problems(request_kinds(), &planted_tree(source, ("holder.lua", "")));
@@ -764,6 +788,7 @@ fn commands_the_scan_cannot_read_are_reported() {
             "SCRIPT packed without a literal subcommand",
             "`Script::invoke`",
             "a script written inline",
+            "`redis::cmd` taken under another name",
         ],
     );
 }

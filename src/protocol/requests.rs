@@ -67,6 +67,9 @@ pub enum Effect {
     /// Sent to the caller's own store, never to a lock instance: why it is
     /// safe.
     Store(&'static str),
+    /// The doctor's permission probe (`src/doctor/permissions.rs`): writes
+    /// only keys no guard depends on, whenever it lands: why.
+    Probe(&'static str),
     /// Writes keys: which, and what checks it.
     Writes(Writes),
 }
@@ -184,6 +187,15 @@ pub(crate) const REQUEST_KINDS: &[RequestKind] = &[
     store_script("fenced_write.lua"),
     store_script("fenced_read.lua"),
     store_script("fenced_shared_read.lua"),
+    probe("TYPE", Effect::ReadOnly),
+    probe("ZSCORE", Effect::ReadOnly),
+    probe("SET", Effect::Probe(PROBE_VOID)),
+    probe("PEXPIRE", Effect::Probe(PROBE_VOID)),
+    probe("DEL", Effect::Probe(PROBE_VOID)),
+    probe("ZADD", Effect::Probe(PROBE_READER)),
+    probe("ZREM", Effect::Probe(PROBE_READER)),
+    probe("ZREMRANGEBYSCORE", Effect::Probe(PROBE_READER)),
+    probe("PUBLISH", Effect::Publishes),
     command(
         "EVALSHA",
         &[("src/protocol/scripts.rs", 1)],
@@ -191,7 +203,10 @@ pub(crate) const REQUEST_KINDS: &[RequestKind] = &[
     ),
     command(
         "SCRIPT LOAD",
-        &[("src/transport/connection.rs", 1)],
+        &[
+            ("src/transport/connection.rs", 1),
+            ("src/doctor/permissions.rs", 1),
+        ],
         Effect::NoKey("loads the scripts into the server's script cache"),
     ),
     command(
@@ -243,10 +258,20 @@ pub(crate) const REQUEST_KINDS: &[RequestKind] = &[
             ("src/transport/connection.rs", 1),
             ("src/transport/instance.rs", 1),
             ("src/bin/redfence/status.rs", 1),
+            ("src/doctor/permissions.rs", 1),
         ],
         Effect::ReadOnly,
     ),
-    command("PING", &[("src/client.rs", 1)], Effect::ReadOnly),
+    command(
+        "PING",
+        &[
+            ("src/client.rs", 1),
+            ("src/doctor.rs", 1),
+            ("src/doctor/permissions.rs", 1),
+        ],
+        Effect::ReadOnly,
+    ),
+    command("CONFIG GET", &[("src/doctor.rs", 1)], Effect::ReadOnly),
     command("INFO", &[("src/doctor.rs", 1)], Effect::ReadOnly),
     command("CLUSTER INFO", &[("src/doctor.rs", 1)], Effect::ReadOnly),
     command(
@@ -256,22 +281,34 @@ pub(crate) const REQUEST_KINDS: &[RequestKind] = &[
     ),
     command(
         "GET",
-        &[("src/bin/redfence/status.rs", 7)],
+        &[
+            ("src/bin/redfence/status.rs", 7),
+            ("src/doctor/permissions.rs", 1),
+        ],
         Effect::ReadOnly,
     ),
     command(
         "PTTL",
-        &[("src/bin/redfence/status.rs", 4)],
+        &[
+            ("src/bin/redfence/status.rs", 4),
+            ("src/doctor/permissions.rs", 1),
+        ],
         Effect::ReadOnly,
     ),
     command(
         "ZRANGE",
-        &[("src/bin/redfence/status.rs", 1)],
+        &[
+            ("src/bin/redfence/status.rs", 1),
+            ("src/doctor/permissions.rs", 1),
+        ],
         Effect::ReadOnly,
     ),
     command(
         "EXISTS",
-        &[("src/bin/redfence/status.rs", 1)],
+        &[
+            ("src/bin/redfence/status.rs", 1),
+            ("src/doctor/permissions.rs", 1),
+        ],
         Effect::ReadOnly,
     ),
 ];
@@ -672,6 +709,24 @@ const fn script(file: &'static str, effect: Effect) -> RequestKind {
         sent: Sent::Script {
             file,
             site: "src/protocol/scripts.rs",
+        },
+        effect,
+    }
+}
+
+/// What the doctor's permission probe writes, and why no guard minds.
+const PROBE_VOID: &str = "only the void key of the value `doctor-probe`, which no attempt's \
+    value can be (every attempt's value holds a `:`): no acquire ever checks it";
+const PROBE_READER: &str = "only the reader `doctor-probe` scored 0, long expired: every rw \
+    script purges it first, and no guard counts it";
+
+/// A command of the doctor's permission probe (`src/doctor/permissions.rs`).
+const fn probe(command: &'static str, effect: Effect) -> RequestKind {
+    RequestKind {
+        name: command,
+        sent: Sent::Command {
+            command,
+            sites: &[("src/doctor/permissions.rs", 1)],
         },
         effect,
     }

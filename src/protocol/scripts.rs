@@ -341,6 +341,17 @@ pub(crate) fn raise(lagging: &[(&Keys, u64)], value: &str, idle: Duration) -> Ar
     bytes.into()
 }
 
+/// `lua/holder.lua`'s source, which the doctor's permission probe loads.
+pub(crate) fn holder_source() -> &'static str {
+    HOLDER_SOURCE
+}
+
+/// `lua/holder.lua` on `keys` as a command of its own (the doctor's
+/// permission probe runs it beside plain commands).
+pub(crate) fn holder_cmd(keys: &Keys) -> redis::Cmd {
+    eval(&HOLDER, &[&keys.lock, &keys.term], &[])
+}
+
 /// `lua/holder.lua`: who holds the lock of `keys`, read-only.
 pub(crate) fn holder(keys: &Keys) -> Arc<[u8]> {
     packed(&HOLDER, &[&keys.lock, &keys.term], &[])
