@@ -928,8 +928,10 @@ fn revocations(rec: &Record) -> Vec<Revocation> {
 
 /// The guard of `holder` an unlock record revoked: of those its role
 /// covers on its resource, granted by the unlock's return, whose keys may
-/// still have lived at its start (a guard left for dead too), one still
-/// believed at its start if any, the latest granted; or, when none was,
+/// still have lived at its start (a guard left for dead too), one granted
+/// and still believed at its start if any (a guard of the holder's other
+/// thread granted while the unlock ran took what the unlock freed), the
+/// latest granted; or, when none was,
 /// `holder`'s call in flight at the return (a call being granted as the
 /// unlock read is revoked with it). A guard another record of the same
 /// call revoked is not taken again (two readers of one client).
@@ -952,7 +954,8 @@ fn revoked_by<'a>(
                 && !again(h)
         })
     };
-    let believed = |h: &Hold| belief_end(h) > u.start;
+    // Held when the unlock began: granted by then, still believed.
+    let believed = |h: &Hold| h.granted <= u.start && belief_end(h) > u.start;
     let granted = mine()
         .filter(|h| h.granted <= u.end && h.end + h.key_life >= u.start)
         .max_by(|a, b| {
@@ -1874,6 +1877,24 @@ mod tests {
         };
         assert_eq!(build(UnlockRole::Writer).rw_overlaps, 0);
         assert_eq!(build(UnlockRole::Reader).rw_overlaps, 1);
+    }
+
+    /// Client 0's thread 1 holds slot 0 from 0 s; the unlock (1.0–1.5 s)
+    /// revokes it, and its thread 2 takes slot 0 at 1.2 s, before the
+    /// unlock returned: the guard revoked is the first, not the latest
+    /// granted (seed 7 on Redis 7.0 showed it).
+    #[test]
+    fn a_grant_during_the_unlock_is_not_the_one_revoked() {
+        let mut rec = record();
+        let slot0 = slot_resource(0);
+        hold(&mut rec, 0, Mode::Permit { slot: 0 }, 1, 0.0, 3.0);
+        let revoked = UnlockOutcome::Revoked { holder: 0 };
+        unlock_of(&mut rec, (&slot0, UnlockRole::Permit), 1.0, 1.5, revoked);
+        hold(&mut rec, 0, Mode::Permit { slot: 0 }, 2, 1.2, 1.3);
+        hold(&mut rec, 1, Mode::Permit { slot: 0 }, 3, 1.6, 2.0);
+        let v = check(&rec);
+        assert_eq!(v.slot_overlaps, 0, "{:#?}", v.violations);
+        assert_eq!(v.unlock_excused, 1);
     }
 
     /// Two reads of one client (its two threads): the unlock names the
