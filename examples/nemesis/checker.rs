@@ -927,14 +927,14 @@ fn revocations(rec: &Record) -> Vec<Revocation> {
 }
 
 /// The guard of `holder` an unlock record revoked: of those its role
-/// covers on its resource, granted by the unlock's return, whose keys may
-/// still have lived at its start (a guard left for dead too), one granted
-/// and still believed at its start if any (a guard of the holder's other
-/// thread granted while the unlock ran took what the unlock freed), the
-/// latest granted; or, when none was,
-/// `holder`'s call in flight at the return (a call being granted as the
-/// unlock read is revoked with it). A guard another record of the same
-/// call revoked is not taken again (two readers of one client).
+/// covers on its resource, granted by the unlock's return, the earliest
+/// granted still believed after its start (on a lock or a slot, a later
+/// guard of the holder's other thread granted while that one was
+/// believed took what the unlock freed; several readers of one client
+/// named by one call are its earliest such reads, each once); else, the
+/// latest granted whose keys may still have lived at its start (a guard
+/// left for dead); else `holder`'s call in flight at the return (a call
+/// being granted as the unlock read is revoked with it).
 fn revoked_by<'a>(
     rec: &'a Record,
     u: &Unlock,
@@ -954,16 +954,16 @@ fn revoked_by<'a>(
                 && !again(h)
         })
     };
-    // Held when the unlock began: granted by then, still believed.
-    let believed = |h: &Hold| h.granted <= u.start && belief_end(h) > u.start;
-    let granted = mine()
-        .filter(|h| h.granted <= u.end && h.end + h.key_life >= u.start)
-        .max_by(|a, b| {
-            believed(a)
-                .cmp(&believed(b))
-                .then(a.granted.total_cmp(&b.granted))
-        });
-    granted.or_else(|| {
+    // Live guards: believed after the unlock began.
+    let believed = mine()
+        .filter(|h| h.granted <= u.end && belief_end(h) > u.start)
+        .min_by(|a, b| a.granted.total_cmp(&b.granted));
+    let dead = || {
+        mine()
+            .filter(|h| h.granted <= u.end && h.end + h.key_life >= u.start)
+            .max_by(|a, b| a.granted.total_cmp(&b.granted))
+    };
+    believed.or_else(dead).or_else(|| {
         mine()
             .filter(|h| h.start <= u.end && h.granted > u.end)
             .min_by(|a, b| a.start.total_cmp(&b.start))
@@ -1895,6 +1895,28 @@ mod tests {
         let v = check(&rec);
         assert_eq!(v.slot_overlaps, 0, "{:#?}", v.violations);
         assert_eq!(v.unlock_excused, 1);
+    }
+
+    /// The unlock (1.0–1.5 s) began just before client 0's guard G3 was
+    /// granted (1.05 s; its other guard G2 released at 0.98 s) and revoked
+    /// it; its other thread's G4 took the slot at 1.3 s, while G3 was
+    /// believed: G3 is the one revoked (seed 7 on Valkey 9.1 showed it).
+    #[test]
+    fn the_earliest_believed_guard_is_the_one_revoked() {
+        let mut rec = record();
+        let slot0 = slot_resource(0);
+        let permit = Mode::Permit { slot: 0 };
+        hold(&mut rec, 0, permit, 1, 0.0, 0.98);
+        hold(&mut rec, 0, permit, 2, 1.05, 2.0);
+        let revoked = UnlockOutcome::Revoked { holder: 0 };
+        unlock_of(&mut rec, (&slot0, UnlockRole::Permit), 1.0, 1.5, revoked);
+        hold(&mut rec, 0, permit, 3, 1.3, 2.5);
+        let v = check(&rec);
+        assert_eq!(v.slot_overlaps, 0, "{:#?}", v.violations);
+        assert_eq!(v.unlock_excused, 1);
+        // Without the unlock, G4 overlaps G3.
+        rec.unlocks.clear();
+        assert_eq!(check(&rec).slot_overlaps, 1);
     }
 
     /// Two reads of one client (its two threads): the unlock names the
