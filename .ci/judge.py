@@ -20,12 +20,16 @@ in both. It judges two rules:
    acts never go back to a lower term; a read guard's two accepted reads
    saw one value, the number of accepted writes with lower tokens.
 3. The Redis fenced store (`kv` events: fenced_get/fenced_set on a
-   storage server, `kv_final` its values at the end): per key, taken in
+   storage server, and fenced_get_shared, the reads of a reader-writer
+   lock's readers, `kv_final` its values at the end): per key, taken in
    token order, the accepted writes wrote 1, 2, 3, ... (each a
    read-modify-write of the one before: a repeat or a gap is a lost
-   update, a write out of token order a stale one); an accepted read saw
-   as many as were accepted with lower tokens; a refused read or write
-   came after an accepted one with a higher token had begun; the final
+   update, a write out of token order a stale one); an accepted read,
+   shared or not, saw as many as were accepted with lower tokens; a
+   refused get or set came after an accepted operation with a higher
+   token had begun, a refused shared get after an accepted get or set (a
+   writer's) with a higher token had begun: readers never refuse each
+   other (kv-reader-refused when only newer readers had begun); the final
    value is the count. A write whose answer was lost (`accepted` null)
    makes the key's counts unknowable: only the refusal rule is judged.
 
@@ -194,7 +198,7 @@ def fenced_kv(events, problems):
     for e in events["kv"]:
         n = e["_line"]
         op = need(e, "op", str, n)
-        if op not in ("get", "set"):
+        if op not in ("get", "set", "get_shared"):
             raise Malformed(f"line {n}: op {op!r}")
         accepted = e.get("accepted")
         if accepted not in (True, False, None):
@@ -207,8 +211,17 @@ def fenced_kv(events, problems):
         finals[need(e, "key", str, e["_line"])] = need(e, "value", int, e["_line"])
     for key, ops in sorted(by_key.items()):
         for op, token, accepted, value, start, end, client in ops:
-            if accepted is False and not any(
-                    a is True and t > token and s <= end for _, t, a, _, s, _, _ in ops):
+            if accepted is not False:
+                continue
+            # Who may refuse it: anyone newer refuses a writer's get or set;
+            # only a newer writer (get or set) refuses a reader's shared get.
+            newer = {o for o, t, a, _, s, _, _ in ops if a is True and t > token and s <= end}
+            if op == "get_shared" and not newer & {"get", "set"}:
+                kind = "kv-reader-refused" if newer else "kv-refused-wrongly"
+                problems.append(
+                    f"{kind} on {key}: client {client}'s get_shared with token {token} at "
+                    f"{start:.3f} s was refused, no newer writer had begun")
+            elif not newer:
                 problems.append(
                     f"kv-refused-wrongly on {key}: client {client}'s {op} with token {token} "
                     f"at {start:.3f} s was refused, no newer token had begun")
@@ -222,7 +235,7 @@ def fenced_kv(events, problems):
                     f"(client {client}, token {token}) wrote {value}")
         for op, token, accepted, value, start, _, client in ops:
             below = sum(1 for t, _, _ in sets if t < token)
-            if op == "get" and accepted is True and value != below:
+            if op in ("get", "get_shared") and accepted is True and value != below:
                 problems.append(
                     f"kv-stale-read on {key}: client {client} read {value} with token {token}; "
                     f"{below} writes with lower tokens were accepted")
@@ -275,9 +288,12 @@ def self_test():
         return {"type": "write", "seq": seq, "resource": resource, "token": token,
                 "client": 0, "read": read}
 
-    def kv(op, token, accepted, value, start):
-        return {"type": "kv", "client": 0, "key": "kv-0", "op": op, "token": token,
+    def kv(op, token, accepted, value, start, key="kv-0"):
+        return {"type": "kv", "client": 0, "key": key, "op": op, "token": token,
                 "accepted": accepted, "value": value, "start": start, "end": start + 0.01}
+
+    def shared(token, accepted, value, start):
+        return kv("get_shared", token, accepted, value, start, "doc")
 
     clean = [
         run,
@@ -299,6 +315,14 @@ def self_test():
         kv("get", 20, True, 1, 0.2), kv("set", 9, False, 1, 0.3),
         kv("set", 20, True, 2, 0.4),
         {"type": "kv_final", "key": "kv-0", "value": 2},
+        # A reader-writer lock's key: readers 5 and 6 share it, writer 7
+        # reads and writes, then refuses reader 5; reader 8 refuses the
+        # writer's late second write.
+        shared(5, True, 0, 0.0), shared(6, True, 0, 0.05),
+        kv("get", 7, True, 0, 0.1, "doc"), kv("set", 7, True, 1, 0.15, "doc"),
+        shared(5, False, 0, 0.2), shared(8, True, 1, 0.3),
+        kv("set", 7, False, 2, 0.4, "doc"),
+        {"type": "kv_final", "key": "doc", "value": 1},
     ]
     planted = {
         "token-regression": [hold(3, "reg-0", 30, 0.8, 0.9)],
@@ -317,6 +341,9 @@ def self_test():
         "kv-stale-read": [kv("get", 30, True, 1, 0.5)],
         "kv-refused-wrongly": [kv("set", 40, False, 3, 0.5)],
         "kv-final": [{"type": "kv_final", "key": "kv-0", "value": 1}],
+        "kv-reader-refused": [shared(4, False, 0, 0.05)],
+        "kv-refused-wrongly ": [shared(9, False, 1, 0.5)],
+        "kv-stale-read ": [shared(9, True, 0, 0.5)],
     }
     failures = []
     _, found = judge(json.dumps(e) for e in clean)

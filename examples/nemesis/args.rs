@@ -9,7 +9,7 @@ use crate::nemesis::Nemesis;
 
 pub const USAGE: &str = "\
 usage: nemesis [--workload register|run-once|election|multi|semaphore|rw|
-                           operator|cancel|fenced-kv|clocks|all]
+                           operator|cancel|fenced-kv|fenced-rw|clocks|all]
                [--nemesis pause,kill,restart,rollback,partition,late,clock,client-pause|none]
                [--duration SECONDS] [--seed N] [--instances N] [--clients N]
                [--server PATH] [--unfenced] [--report DIR]
@@ -39,12 +39,15 @@ pub enum Workload {
     Cancel,
     /// Read-modify-writes through `fenced_get`/`fenced_set`.
     FencedKv,
+    /// A reader-writer lock's readers (`fenced_get_shared`) and writers
+    /// (`fenced_get`/`fenced_set`) on the storage server.
+    FencedRw,
     /// `clock_offsets()`, `doctor()` and `ping()` against the clock faults.
     Clocks,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 10] = [
+    pub const ALL: [Workload; 11] = [
         Workload::Register,
         Workload::Multi,
         Workload::Election,
@@ -54,6 +57,7 @@ impl Workload {
         Workload::Operator,
         Workload::Cancel,
         Workload::FencedKv,
+        Workload::FencedRw,
         Workload::Clocks,
     ];
 
@@ -68,6 +72,7 @@ impl Workload {
             Workload::Operator => "operator",
             Workload::Cancel => "cancel",
             Workload::FencedKv => "fenced-kv",
+            Workload::FencedRw => "fenced-rw",
             Workload::Clocks => "clocks",
         }
     }
@@ -97,7 +102,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, Strin
         duration: Duration::from_secs(60),
         seed: default_seed(),
         instances: 5,
-        clients: 12,
+        clients: 13,
         server: None,
         unfenced: false,
         report: None,
@@ -137,7 +142,7 @@ fn workloads(list: &str) -> Result<Vec<Workload>, String> {
     found.map(|w| vec![*w]).ok_or_else(|| {
         format!(
             "--workload {list:?}: one of register, run-once, election, multi, semaphore, rw, \
-             operator, cancel, fenced-kv, clocks, all"
+             operator, cancel, fenced-kv, fenced-rw, clocks, all"
         )
     })
 }

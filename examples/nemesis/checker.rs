@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use crate::history::{Mode, UnlockOutcome};
 use crate::nemesis::{Nemesis, LATE_MAX};
-use crate::record::{Effect, Fault, Hold, Record, Stored};
+use crate::record::{Effect, Fault, Hold, Record, Stored, Unlock};
 use crate::{slot_resource, MAX_KEY_LIFE, RUN_HOLD};
 
 /// How long after a cancel a cancelled call may still return: the attempt
@@ -694,7 +694,7 @@ fn permit_count(ctx: &Ctx<'_>, v: &mut Verdict) {
         .filter_map(|h| match h.mode {
             Mode::Permit { slot } => {
                 let token = h.tokens.first().map_or(0, |t| t.1);
-                Some((Belief::of(h, token), slot))
+                Some((ctx.revoked(Belief::of(h, token)), slot))
             }
             _ => None,
         })
@@ -718,9 +718,11 @@ fn permit_count(ctx: &Ctx<'_>, v: &mut Verdict) {
         let mut at_once: Vec<&(Belief<'_>, u32)> = believed.clone();
         at_once.push(&list[n]);
         match count_excuse(ctx, &at_once, permits) {
-            Ok((reason, instance)) => {
+            Ok(fault) => {
                 v.permits_over_count_excused += 1;
-                v.excused_by(reason, instance);
+                if let Some((reason, instance)) = fault {
+                    v.excused_by(reason, instance);
+                }
             }
             Err(why) => over_count(&believed, b, &why, v),
         }
@@ -729,28 +731,36 @@ fn permit_count(ctx: &Ctx<'_>, v: &mut Verdict) {
 
 /// Whether the permits believed at once past the count are excused: on
 /// no more slots than the count (all in range), and every two on one slot
-/// a pair `excuse` excuses (the first such excuse is the reason).
+/// a pair an unlock of the first explains (`Ctx::unlocked`) or `excuse`
+/// excuses (the first such fault is the reason; `None`: unlocks only).
 fn count_excuse(
     ctx: &Ctx<'_>,
     at_once: &[&(Belief<'_>, u32)],
     permits: u32,
-) -> Result<(&'static str, usize), String> {
+) -> Result<Option<(&'static str, usize)>, String> {
     let mut slots: Vec<u32> = at_once.iter().map(|(_, s)| *s).collect();
     slots.sort_unstable();
     slots.dedup();
     if slots.len() > permits as usize || slots.iter().any(|s| *s >= permits) {
         return Err(format!("on slots {slots:?}"));
     }
-    let mut first = None;
+    let (mut first, mut pairs) = (None, 0);
     for (n, (b, sb)) in at_once.iter().map(|x| (&x.0, x.1)).enumerate() {
         for (a, sa) in at_once[..n].iter().map(|x| (&x.0, x.1)) {
-            if sa == sb {
+            if sa != sb {
+                continue;
+            }
+            pairs += 1;
+            if ctx.unlocked(a.hold, b.hold).is_none() {
                 let r = excuse(ctx, &slot_resource(sa), a, b)?;
                 first.get_or_insert(r);
             }
         }
     }
-    first.ok_or_else(|| "no two on one slot".to_string())
+    if pairs == 0 {
+        return Err("no two on one slot".to_string());
+    }
+    Ok(first)
 }
 
 fn out_of_range(b: &Belief<'_>, slot: u32, permits: u32, v: &mut Verdict) {
@@ -874,39 +884,32 @@ struct Revocation {
     failed: bool,
 }
 
-/// The holds each unlock revoked. One that returned holder `c` revoked
-/// `c`'s guard on the resource: the one granted last by the unlock's
-/// return whose keys may still have lived at its start (a guard left for
-/// dead too), or, when none was, `c`'s call in flight at the return (a
-/// call being granted as the unlock read is revoked with it). One that
-/// failed may have deleted the value it read anyway (its deletes may land
-/// late): every guard of the resource granted by its return and believed
-/// at its start may have been revoked.
+impl Revocation {
+    fn of(hold: &Hold, u: &Unlock, failed: bool) -> Revocation {
+        Revocation {
+            hold,
+            from: u.start,
+            to: u.end,
+            failed,
+        }
+    }
+}
+
+/// The holds each unlock record revoked. Each speaks of the guards of
+/// its resource its role covers (a lock's, one semaphore slot's, a
+/// reader-writer lock's writer, a reader, or either). One that returned
+/// holder `c` revoked one of `c`'s such guards (`revoked_by`). One that
+/// failed may have deleted the values it read anyway (its deletes may land
+/// late): every such guard granted by its return and believed at its
+/// start may have been revoked.
 fn revocations(rec: &Record) -> Vec<Revocation> {
     let mut out = Vec::new();
     for u in &rec.unlocks {
-        let on = |h: &&Hold| h.tokens.iter().any(|t| t.0 == u.resource);
-        let mut revoke = |h: &Hold, failed| {
-            out.push(Revocation {
-                hold: h,
-                from: u.start,
-                to: u.end,
-                failed,
-            })
-        };
+        let on = |h: &&Hold| u.role.covers(h.mode) && h.tokens.iter().any(|t| t.0 == u.resource);
         match u.outcome {
             UnlockOutcome::Revoked { holder } => {
-                let mine = || rec.holds.iter().filter(on).filter(|h| h.client == holder);
-                let granted = mine()
-                    .filter(|h| h.granted <= u.end && h.end + h.key_life >= u.start)
-                    .max_by(|a, b| a.granted.total_cmp(&b.granted));
-                let in_flight = || {
-                    mine()
-                        .filter(|h| h.start <= u.end && h.granted > u.end)
-                        .min_by(|a, b| a.start.total_cmp(&b.start))
-                };
-                if let Some(h) = granted.or_else(in_flight) {
-                    revoke(h, false);
+                if let Some(h) = revoked_by(rec, u, holder, &out) {
+                    out.push(Revocation::of(h, u, false));
                 }
             }
             UnlockOutcome::Failed => {
@@ -915,12 +918,56 @@ fn revocations(rec: &Record) -> Vec<Revocation> {
                     .iter()
                     .filter(on)
                     .filter(|h| h.granted <= u.end && belief_end(h) > u.start);
-                believed.for_each(|h| revoke(h, true));
+                out.extend(believed.map(|h| Revocation::of(h, u, true)));
             }
             UnlockOutcome::Free | UnlockOutcome::RevokedUnknown => {}
         }
     }
     out
+}
+
+/// The guard of `holder` an unlock record revoked: of those its role
+/// covers on its resource, granted by the unlock's return, the earliest
+/// granted still believed after its start (on a lock or a slot, a later
+/// guard of the holder's other thread granted while that one was
+/// believed took what the unlock freed; several readers of one client
+/// named by one call are its earliest such reads, each once); else, the
+/// latest granted whose keys may still have lived at its start (a guard
+/// left for dead); else `holder`'s call in flight at the return (a call
+/// being granted as the unlock read is revoked with it).
+fn revoked_by<'a>(
+    rec: &'a Record,
+    u: &Unlock,
+    holder: usize,
+    taken: &[Revocation],
+) -> Option<&'a Hold> {
+    let again = |h: &Hold| {
+        taken
+            .iter()
+            .any(|r| std::ptr::eq(r.hold, h) && r.from == u.start && r.to == u.end)
+    };
+    let mine = || {
+        rec.holds.iter().filter(move |h| {
+            h.client == holder
+                && u.role.covers(h.mode)
+                && h.tokens.iter().any(|t| t.0 == u.resource)
+                && !again(h)
+        })
+    };
+    // Live guards: believed after the unlock began.
+    let believed = mine()
+        .filter(|h| h.granted <= u.end && belief_end(h) > u.start)
+        .min_by(|a, b| a.granted.total_cmp(&b.granted));
+    let dead = || {
+        mine()
+            .filter(|h| h.granted <= u.end && h.end + h.key_life >= u.start)
+            .max_by(|a, b| a.granted.total_cmp(&b.granted))
+    };
+    believed.or_else(dead).or_else(|| {
+        mine()
+            .filter(|h| h.start <= u.end && h.granted > u.end)
+            .min_by(|a, b| a.start.total_cmp(&b.start))
+    })
 }
 
 /// Counts the revoked holders that were still working (their guard alive
@@ -1289,7 +1336,8 @@ mod tests {
 
     use super::*;
     use crate::args::Workload;
-    use crate::history::UnlockOutcome;
+    use crate::history::KvKind::{self, Get, GetShared, Set};
+    use crate::history::{UnlockOutcome, UnlockRole};
     use crate::record::{Meta, Sighting};
 
     const R: &str = "reg-0";
@@ -1652,9 +1700,20 @@ mod tests {
     }
 
     fn unlock(rec: &mut Record, start: f64, end: f64, outcome: UnlockOutcome) {
+        unlock_of(rec, (R, UnlockRole::Lock), start, end, outcome);
+    }
+
+    fn unlock_of(
+        rec: &mut Record,
+        (resource, role): (&str, UnlockRole),
+        start: f64,
+        end: f64,
+        outcome: UnlockOutcome,
+    ) {
         rec.unlocks.push(crate::record::Unlock {
             client: 3,
-            resource: R.to_string(),
+            resource: resource.to_string(),
+            role,
             start,
             end,
             outcome,
@@ -1721,6 +1780,168 @@ mod tests {
         assert_eq!(v.overlaps, 1, "{:#?}", v.violations);
     }
 
+    /// A (client 0) holds slot 0 0–3 s, its key on a quorum; an operator's
+    /// `Semaphore::force_release` revokes it at 1.0–1.1 s; B (client 1)
+    /// takes slot 0 at 1.2 s: excused. C (client 2) took slot 0 at 0.5 s,
+    /// before any unlock: an overlap with A, and B with C, still reported.
+    /// An unlock of slot 1, or one that failed on slot 1, excuses nothing
+    /// on slot 0.
+    #[test]
+    fn a_revoked_permit_is_excused_and_only_it() {
+        let slot0 = slot_resource(0);
+        let build = |resource: &str, outcome| {
+            let mut rec = record();
+            hold(&mut rec, 0, Mode::Permit { slot: 0 }, 1, 0.0, 3.0);
+            seen(&mut rec, 0, &slot0, &[0, 1, 2], 0.2, 2.8);
+            unlock_of(&mut rec, (resource, UnlockRole::Permit), 1.0, 1.1, outcome);
+            hold(&mut rec, 1, Mode::Permit { slot: 0 }, 4, 1.2, 2.0);
+            rec
+        };
+        let v = check(&build(&slot0, UnlockOutcome::Revoked { holder: 0 }));
+        assert_eq!(
+            (v.slot_overlaps, v.permits_over_count),
+            (0, 0),
+            "{:#?}",
+            v.violations
+        );
+        assert_eq!(v.unlocks_of_live, 1);
+        let slot1 = slot_resource(1);
+        for (resource, outcome) in [
+            (&slot1, UnlockOutcome::Revoked { holder: 0 }),
+            (&slot1, UnlockOutcome::Failed),
+            (&slot0, UnlockOutcome::Free),
+        ] {
+            assert_eq!(check(&build(resource, outcome)).slot_overlaps, 1);
+        }
+        // A failed unlock of slot 0 may have deleted A's value: excused.
+        let v = check(&build(&slot0, UnlockOutcome::Failed));
+        assert_eq!((v.slot_overlaps, v.unlock_failed_excused), (0, 1));
+        let mut rec = build(&slot0, UnlockOutcome::Revoked { holder: 0 });
+        hold(&mut rec, 2, Mode::Permit { slot: 0 }, 3, 0.5, 1.5);
+        let v = check(&rec);
+        assert_eq!(v.slot_overlaps, 2, "{:#?}", v.violations);
+        assert!(v
+            .violations
+            .iter()
+            .filter(|x| x.kind == "slot-overlap")
+            .all(|x| x.second.starts_with("client 2 ") || x.first.starts_with("client 2 ")));
+        // A third permit while A (revoked, its belief cut at 1.1 s) and C
+        // are believed: over the count only before the unlock returned.
+        assert_eq!(v.permits_over_count, 0, "{:#?}", v.violations);
+    }
+
+    /// Readers A (client 0) and A2 (client 1) 0–3 s; an operator's
+    /// `RwLock::force_release` revokes A's read at 1.0–1.1 s; a write W
+    /// (client 2) at 1.2 s: W with A excused, W with A2 still an
+    /// rw-overlap. A writer revoked is excused against a later read; a
+    /// reader record does not revoke a write.
+    #[test]
+    fn a_revoked_reader_or_writer_is_excused_and_only_it() {
+        let mut rec = record();
+        hold(&mut rec, 0, Mode::Read, 1, 0.0, 3.0);
+        hold(&mut rec, 1, Mode::Read, 1, 0.2, 3.0);
+        unlock_of(
+            &mut rec,
+            (R, UnlockRole::Reader),
+            1.0,
+            1.1,
+            UnlockOutcome::Revoked { holder: 0 },
+        );
+        hold(&mut rec, 2, Mode::Write, 2, 1.2, 2.0);
+        let v = check(&rec);
+        assert_eq!(v.rw_overlaps, 1, "{:#?}", v.violations);
+        assert!(v.violations[0].first.starts_with("client 1 "));
+        assert_eq!(v.unlocks_of_live, 1);
+        // The second reader revoked by the same call too: clean.
+        unlock_of(
+            &mut rec,
+            (R, UnlockRole::Reader),
+            1.0,
+            1.1,
+            UnlockOutcome::Revoked { holder: 1 },
+        );
+        assert_eq!(check(&rec).rw_overlaps, 0);
+
+        let build = |role| {
+            let mut rec = record();
+            hold(&mut rec, 0, Mode::Write, 1, 0.0, 3.0);
+            unlock_of(
+                &mut rec,
+                (R, role),
+                1.0,
+                1.1,
+                UnlockOutcome::Revoked { holder: 0 },
+            );
+            hold(&mut rec, 1, Mode::Read, 2, 1.2, 2.0);
+            check(&rec)
+        };
+        assert_eq!(build(UnlockRole::Writer).rw_overlaps, 0);
+        assert_eq!(build(UnlockRole::Reader).rw_overlaps, 1);
+    }
+
+    /// Client 0's thread 1 holds slot 0 from 0 s; the unlock (1.0–1.5 s)
+    /// revokes it, and its thread 2 takes slot 0 at 1.2 s, before the
+    /// unlock returned: the guard revoked is the first, not the latest
+    /// granted (seed 7 on Redis 7.0 showed it).
+    #[test]
+    fn a_grant_during_the_unlock_is_not_the_one_revoked() {
+        let mut rec = record();
+        let slot0 = slot_resource(0);
+        hold(&mut rec, 0, Mode::Permit { slot: 0 }, 1, 0.0, 3.0);
+        let revoked = UnlockOutcome::Revoked { holder: 0 };
+        unlock_of(&mut rec, (&slot0, UnlockRole::Permit), 1.0, 1.5, revoked);
+        hold(&mut rec, 0, Mode::Permit { slot: 0 }, 2, 1.2, 1.3);
+        hold(&mut rec, 1, Mode::Permit { slot: 0 }, 3, 1.6, 2.0);
+        let v = check(&rec);
+        assert_eq!(v.slot_overlaps, 0, "{:#?}", v.violations);
+        assert_eq!(v.unlock_excused, 1);
+    }
+
+    /// The unlock (1.0–1.5 s) began just before client 0's guard G3 was
+    /// granted (1.05 s; its other guard G2 released at 0.98 s) and revoked
+    /// it; its other thread's G4 took the slot at 1.3 s, while G3 was
+    /// believed: G3 is the one revoked (seed 7 on Valkey 9.1 showed it).
+    #[test]
+    fn the_earliest_believed_guard_is_the_one_revoked() {
+        let mut rec = record();
+        let slot0 = slot_resource(0);
+        let permit = Mode::Permit { slot: 0 };
+        hold(&mut rec, 0, permit, 1, 0.0, 0.98);
+        hold(&mut rec, 0, permit, 2, 1.05, 2.0);
+        let revoked = UnlockOutcome::Revoked { holder: 0 };
+        unlock_of(&mut rec, (&slot0, UnlockRole::Permit), 1.0, 1.5, revoked);
+        hold(&mut rec, 0, permit, 3, 1.3, 2.5);
+        let v = check(&rec);
+        assert_eq!(v.slot_overlaps, 0, "{:#?}", v.violations);
+        assert_eq!(v.unlock_excused, 1);
+        // Without the unlock, G4 overlaps G3.
+        rec.unlocks.clear();
+        assert_eq!(check(&rec).slot_overlaps, 1);
+    }
+
+    /// Two reads of one client (its two threads): the unlock names the
+    /// client once; the read it revoked is the one still believed at its
+    /// start (R1), not the later one already released (R2).
+    #[test]
+    fn an_unlock_revokes_the_reader_still_believed() {
+        let mut rec = record();
+        hold(&mut rec, 0, Mode::Read, 1, 0.0, 3.0);
+        hold(&mut rec, 0, Mode::Read, 1, 0.5, 0.8);
+        unlock_of(
+            &mut rec,
+            (R, UnlockRole::Reader),
+            1.0,
+            1.1,
+            UnlockOutcome::Revoked { holder: 0 },
+        );
+        hold(&mut rec, 2, Mode::Write, 2, 1.2, 2.0);
+        let v = check(&rec);
+        assert_eq!(v.rw_overlaps, 0, "{:#?}", v.violations);
+        // Without the unlock, the write overlaps R1.
+        rec.unlocks.clear();
+        assert_eq!(check(&rec).rw_overlaps, 1);
+    }
+
     fn cancelled_call(rec: &mut Record, end: f64, error: &str, at: f64) {
         rec.calls.push(crate::record::Call {
             client: 0,
@@ -1749,12 +1970,12 @@ mod tests {
         assert_eq!(kinds, ["cancel-late", "cancel-ignored"]);
     }
 
-    fn kv(rec: &mut Record, set: bool, token: u64, accepted: Option<bool>, value: i64, at: f64) {
+    fn kv(rec: &mut Record, op: KvKind, token: u64, accepted: Option<bool>, value: i64, at: f64) {
         rec.kv.push(crate::record::KvOp {
             client: 0,
             key: "kv-0".to_string(),
             token,
-            set,
+            op,
             start: at,
             end: at + 0.01,
             accepted,
@@ -1766,20 +1987,20 @@ mod tests {
     fn the_fenced_store_loses_no_update() {
         let clean = || {
             let mut rec = record();
-            kv(&mut rec, false, 10, Some(true), 0, 0.0);
-            kv(&mut rec, true, 10, Some(true), 1, 0.1);
-            kv(&mut rec, false, 20, Some(true), 1, 0.2);
-            kv(&mut rec, true, 9, Some(false), 1, 0.3);
-            kv(&mut rec, true, 20, Some(true), 2, 0.4);
+            kv(&mut rec, Get, 10, Some(true), 0, 0.0);
+            kv(&mut rec, Set, 10, Some(true), 1, 0.1);
+            kv(&mut rec, Get, 20, Some(true), 1, 0.2);
+            kv(&mut rec, Set, 9, Some(false), 1, 0.3);
+            kv(&mut rec, Set, 20, Some(true), 2, 0.4);
             rec.stored.kv.insert("kv-0".to_string(), 2);
             rec
         };
         assert_eq!(check(&clean()).kv_violations, 0);
         let planted: [(&str, fn(&mut Record)); 4] = [
-            ("kv-lost-update", |r| kv(r, true, 30, Some(true), 2, 0.5)),
-            ("kv-stale-read", |r| kv(r, false, 30, Some(true), 1, 0.5)),
+            ("kv-lost-update", |r| kv(r, Set, 30, Some(true), 2, 0.5)),
+            ("kv-stale-read", |r| kv(r, Get, 30, Some(true), 1, 0.5)),
             ("kv-refused-wrongly", |r| {
-                kv(r, true, 40, Some(false), 3, 0.5)
+                kv(r, Set, 40, Some(false), 3, 0.5)
             }),
             ("kv-final", |r| {
                 r.stored.kv.insert("kv-0".to_string(), 5);
@@ -1796,12 +2017,80 @@ mod tests {
             );
         }
         let mut stale = clean();
-        kv(&mut stale, true, 15, Some(true), 3, 0.5);
+        kv(&mut stale, Set, 15, Some(true), 3, 0.5);
         stale.stored.kv.insert("kv-0".to_string(), 3);
         assert!(check(&stale)
             .violations
             .iter()
             .any(|x| x.kind == "kv-stale-write"));
+    }
+
+    /// `fenced_get_shared` readers (tokens 5 and 6) share the key; a writer
+    /// (7) reads and writes; a reader with token 5 is refused after it.
+    #[test]
+    fn shared_reads_are_judged_with_the_writers() {
+        let clean = || {
+            let mut rec = record();
+            kv(&mut rec, GetShared, 5, Some(true), 0, 0.0);
+            kv(&mut rec, GetShared, 6, Some(true), 0, 0.05);
+            kv(&mut rec, Get, 7, Some(true), 0, 0.1);
+            kv(&mut rec, Set, 7, Some(true), 1, 0.15);
+            kv(&mut rec, GetShared, 5, Some(false), 0, 0.2);
+            kv(&mut rec, GetShared, 8, Some(true), 1, 0.3);
+            kv(&mut rec, Set, 7, Some(false), 2, 0.4);
+            rec.stored.kv.insert("kv-0".to_string(), 1);
+            rec
+        };
+        assert_eq!(
+            check(&clean()).kv_violations,
+            0,
+            "{:#?}",
+            check(&clean()).violations
+        );
+        let planted: [(&str, fn(&mut Record)); 3] = [
+            // Refused while only a newer reader (6) had begun.
+            ("kv-reader-refused", |r| {
+                kv(r, GetShared, 4, Some(false), 0, 0.05)
+            }),
+            ("kv-refused-wrongly", |r| {
+                kv(r, GetShared, 9, Some(false), 1, 0.5)
+            }),
+            ("kv-stale-read", |r| kv(r, GetShared, 9, Some(true), 0, 0.5)),
+        ];
+        for (kind, plant) in planted {
+            let mut rec = clean();
+            plant(&mut rec);
+            let v = check(&rec);
+            assert!(
+                v.violations.iter().any(|x| x.kind == kind),
+                "{kind}: {:#?}",
+                v.violations
+            );
+        }
+    }
+
+    #[test]
+    fn roles_and_shared_reads_read_back() {
+        let mut rec = record();
+        kv(&mut rec, GetShared, 5, Some(true), 0, 0.0);
+        unlock_of(
+            &mut rec,
+            (R, UnlockRole::Reader),
+            1.0,
+            1.1,
+            UnlockOutcome::Revoked { holder: 0 },
+        );
+        let text = rec.to_jsonl();
+        let back = Record::from_jsonl(&text).expect("reads back");
+        assert_eq!(back.kv[0].op, GetShared);
+        assert_eq!(back.unlocks[0].role, UnlockRole::Reader);
+        assert_eq!(back.to_jsonl(), text);
+        // A history from before roles: a lock's unlock.
+        let old = text.replace("\"role\":\"reader\",", "");
+        assert_eq!(
+            Record::from_jsonl(&old).expect("reads").unlocks[0].role,
+            UnlockRole::Lock
+        );
     }
 
     fn clock_check(applied: &[i64], offsets: &[Option<(i64, u64)>], doctor: &[&str]) -> Record {

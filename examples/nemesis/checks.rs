@@ -6,21 +6,27 @@
 use std::collections::BTreeMap;
 
 use crate::checker::{Verdict, Violation};
+use crate::history::KvKind;
 use crate::record::{ClockCheck, KvOp, Record};
 
-/// Per key of the storage server, with `fenced_get` (read-modify-write)
-/// and `fenced_set`:
+/// Per key of the storage server, with `fenced_get` (read-modify-write),
+/// `fenced_set`, and `fenced_get_shared` (a reader-writer lock's readers;
+/// its writers use the other two):
 ///
 /// 1. the accepted writes wrote 1, 2, ... in turn, each once (a value
 ///    written twice: two writers computed it from one read, a lost update;
 ///    with writes whose answer was lost, values may be missing), and
 ///    their tokens rise strictly in that order (one write per guard: a
 ///    lower or equal token accepted after a higher one is stale);
-/// 2. an accepted read with token `t` saw the number of accepted writes
-///    with tokens below `t` (none above can have come first, none below
-///    after);
-/// 3. a refused read or write with token `t` comes after an accepted read
-///    or write with a higher token began (else the refusal is wrong);
+/// 2. an accepted read (`fenced_get` or `fenced_get_shared`) with token
+///    `t` saw the number of accepted writes with tokens below `t` (none
+///    above can have come first, none below after);
+/// 3. a refused `fenced_get` or `fenced_set` with token `t` comes after an
+///    accepted operation of any kind with a higher token began; a refused
+///    `fenced_get_shared` after an accepted `fenced_get` or `fenced_set`
+///    (a writer's) with a higher token began: readers never refuse each
+///    other (`kv-reader-refused` when only a newer reader came first,
+///    `kv-refused-wrongly` when nothing newer did);
 /// 4. the key's final value is the last accepted write's (0 without).
 pub fn kv(rec: &Record, v: &mut Verdict) {
     let mut keys: BTreeMap<&str, Vec<&KvOp>> = BTreeMap::new();
@@ -53,13 +59,14 @@ pub fn kv(rec: &Record, v: &mut Verdict) {
 type Found = Vec<(&'static str, String, String, f64)>;
 
 fn describe(op: &KvOp) -> String {
+    let verb = match op.op {
+        KvKind::Set => "wrote",
+        KvKind::Get => "read",
+        KvKind::GetShared => "read (shared)",
+    };
     format!(
-        "client {} {} {} with token {} at {:.3} s",
-        op.client,
-        if op.set { "wrote" } else { "read" },
-        op.value,
-        op.token,
-        op.start
+        "client {} {verb} {} with token {} at {:.3} s",
+        op.client, op.value, op.token, op.start
     )
 }
 
@@ -68,14 +75,16 @@ fn accepted_writes<'a>(ops: &[&'a KvOp]) -> Vec<&'a KvOp> {
     let mut writes: Vec<&KvOp> = ops
         .iter()
         .copied()
-        .filter(|o| o.set && o.accepted == Some(true))
+        .filter(|o| o.op == KvKind::Set && o.accepted == Some(true))
         .collect();
     writes.sort_by_key(|o| o.value);
     writes
 }
 
 fn unknown_writes(ops: &[&KvOp]) -> usize {
-    ops.iter().filter(|o| o.set && o.accepted.is_none()).count()
+    ops.iter()
+        .filter(|o| o.op == KvKind::Set && o.accepted.is_none())
+        .count()
 }
 
 fn kv_writes(ops: &[&KvOp], found: &mut Found) {
@@ -103,10 +112,13 @@ fn kv_reads(ops: &[&KvOp], found: &mut Found) {
     let writes = accepted_writes(ops);
     let unknown: Vec<u64> = ops
         .iter()
-        .filter(|o| o.set && o.accepted.is_none())
+        .filter(|o| o.op == KvKind::Set && o.accepted.is_none())
         .map(|o| o.token)
         .collect();
-    for r in ops.iter().filter(|o| !o.set && o.accepted == Some(true)) {
+    for r in ops
+        .iter()
+        .filter(|o| o.op != KvKind::Set && o.accepted == Some(true))
+    {
         let below = writes.iter().filter(|w| w.token < r.token).count() as i64;
         let maybe = unknown.iter().filter(|t| **t < r.token).count() as i64;
         if r.value < below || r.value > below + maybe {
@@ -118,12 +130,28 @@ fn kv_reads(ops: &[&KvOp], found: &mut Found) {
 
 fn kv_refusals(ops: &[&KvOp], found: &mut Found) {
     for r in ops.iter().filter(|o| o.accepted == Some(false)) {
-        let newer = ops
-            .iter()
-            .any(|o| o.accepted == Some(true) && o.token > r.token && o.start <= r.end);
-        if !newer {
-            let note = "no read or write with a newer token began before it".to_string();
-            found.push(("kv-refused-wrongly", note, describe(r), r.start));
+        let newer = |kinds: &[KvKind]| {
+            ops.iter().any(|o| {
+                o.accepted == Some(true)
+                    && kinds.contains(&o.op)
+                    && o.token > r.token
+                    && o.start <= r.end
+            })
+        };
+        // A reader is refused only by a writer; a writer by anyone.
+        let refusers: &[KvKind] = match r.op {
+            KvKind::GetShared => &[KvKind::Get, KvKind::Set],
+            _ => &KvKind::ALL,
+        };
+        if newer(refusers) {
+            continue;
+        }
+        if r.op == KvKind::GetShared && newer(&[KvKind::GetShared]) {
+            let note = "only readers with newer tokens began before it".to_string();
+            found.push(("kv-reader-refused", note, describe(r), r.start));
+        } else {
+            let note = "no operation with a newer token that may refuse it began before it";
+            found.push(("kv-refused-wrongly", note.to_string(), describe(r), r.start));
         }
     }
 }
@@ -135,7 +163,7 @@ fn kv_final(rec: &Record, key: &str, ops: &[&KvOp], found: &mut Found) {
     let last = accepted_writes(ops).last().map_or(0, |w| w.value);
     let unknown = ops
         .iter()
-        .any(|o| o.set && o.accepted.is_none() && o.value == value);
+        .any(|o| o.op == KvKind::Set && o.accepted.is_none() && o.value == value);
     if value != last && !unknown {
         let note = format!("the last accepted write wrote {last}");
         found.push(("kv-final", note, format!("the key holds {value}"), 0.0));

@@ -108,14 +108,67 @@ pub struct Call {
     pub cancelled: Option<Instant>,
 }
 
-/// An operator's `force_release` (`redfence unlock`) of a lock.
+/// What an operator's `force_release` revoked, or found free: one record
+/// per lock, per semaphore slot, and per revoked writer or reader of a
+/// reader-writer lock (one call may make several, with its times).
 #[derive(Debug, Clone)]
 pub struct Unlock {
     pub client: usize,
+    /// The lock's name, the slot's (`slot_resource`), or the reader-writer
+    /// lock's.
     pub resource: String,
+    pub role: UnlockRole,
     pub start: Instant,
     pub end: Instant,
     pub outcome: UnlockOutcome,
+}
+
+/// Which guards of `resource` an unlock record speaks of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnlockRole {
+    /// A lock's holder (`Redlock::force_release`).
+    Lock,
+    /// A semaphore slot's holder (`Semaphore::force_release`).
+    Permit,
+    /// A reader-writer lock's writer, or one of its readers, that
+    /// `RwLock::force_release` returned.
+    Writer,
+    Reader,
+    /// A reader-writer lock's whole call when it returned no holder or
+    /// failed: any reader or writer.
+    Rw,
+}
+
+impl UnlockRole {
+    pub const ALL: [UnlockRole; 5] = [
+        UnlockRole::Lock,
+        UnlockRole::Permit,
+        UnlockRole::Writer,
+        UnlockRole::Reader,
+        UnlockRole::Rw,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            UnlockRole::Lock => "lock",
+            UnlockRole::Permit => "permit",
+            UnlockRole::Writer => "writer",
+            UnlockRole::Reader => "reader",
+            UnlockRole::Rw => "rw",
+        }
+    }
+
+    /// Whether a guard of `mode` on the record's resource is one it
+    /// speaks of.
+    pub fn covers(self, mode: Mode) -> bool {
+        match self {
+            UnlockRole::Lock => mode == Mode::Exclusive,
+            UnlockRole::Permit => matches!(mode, Mode::Permit { .. }),
+            UnlockRole::Writer => mode == Mode::Write,
+            UnlockRole::Reader => mode == Mode::Read,
+            UnlockRole::Rw => matches!(mode, Mode::Read | Mode::Write),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,14 +185,37 @@ pub enum UnlockOutcome {
     Failed,
 }
 
-/// One `fenced_get` or `fenced_set` on the storage server.
+/// Which call a storage operation made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvKind {
+    /// `fenced_get`: a holder's (or a writer's) read.
+    Get,
+    /// `fenced_set`.
+    Set,
+    /// `fenced_get_shared`: a reader-writer lock's reader's read.
+    GetShared,
+}
+
+impl KvKind {
+    pub const ALL: [KvKind; 3] = [KvKind::Get, KvKind::Set, KvKind::GetShared];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvKind::Get => "get",
+            KvKind::Set => "set",
+            KvKind::GetShared => "get_shared",
+        }
+    }
+}
+
+/// One `fenced_get`, `fenced_set` or `fenced_get_shared` on the storage
+/// server.
 #[derive(Debug, Clone)]
 pub struct KvOp {
     pub client: usize,
     pub key: String,
     pub token: u64,
-    /// `fenced_set` (else `fenced_get`).
-    pub set: bool,
+    pub op: KvKind,
     pub start: Instant,
     pub end: Instant,
     /// Accepted (`Some(true)`), refused as stale (`Some(false)`), or no

@@ -421,12 +421,12 @@ fn read_database(url: &str) -> Result<Stored, BoxError> {
     })
 }
 
-/// Each storage key `fenced_set` wrote (`ops::OP_LOCK`, `ops::KV_KEYS`)
-/// and its value at the end (absent: 0).
+/// Each storage key `fenced_set` wrote (`ops::OP_LOCK`, `ops::KV_KEYS`,
+/// `RW_LOCK`'s) and its value at the end (absent: 0).
 fn read_store(store: &RedisServer) -> Result<BTreeMap<String, i64>, BoxError> {
     let mut conn = store.try_connection()?;
     let mut out = BTreeMap::new();
-    for key in ops::KV_KEYS.iter().chain([&ops::OP_LOCK]) {
+    for key in ops::KV_KEYS.iter().chain([&ops::OP_LOCK, &RW_LOCK]) {
         let value: Option<i64> = redfence::redis::cmd("GET").arg(key).query(&mut conn)?;
         out.insert(key.to_string(), value.unwrap_or(0));
     }

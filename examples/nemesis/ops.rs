@@ -4,14 +4,21 @@
 //! - `operator`: two threads on one client. One takes `OP_LOCK` and either
 //!   works (a fenced read-modify-write on the storage server, steps,
 //!   stalls: a live holder) or dies holding it (`mem::forget`, no
-//!   watchdog, a long lease: a dead holder). The other, an operator, looks
-//!   (`holder`) and revokes whoever holds it (`force_release`), then takes
-//!   the lock and writes with the newer token: a live holder revoked
-//!   mid-work must be refused by the store from then on.
+//!   watchdog, a long lease: a dead holder); or, as often as not, a
+//!   permit of the semaphore, a read or a write of the reader-writer lock,
+//!   live (the `semaphore` and `rw` workloads' fenced work) or dead. The
+//!   other, an operator, revokes: the lock (it looks first, `holder`, then
+//!   `force_release`, then takes the lock and writes with the newer
+//!   token: a live holder revoked mid-work must be refused by the store
+//!   from then on), every held slot of the semaphore
+//!   (`Semaphore::force_release`), or the writer and readers of the
+//!   reader-writer lock (`RwLock::force_release`), whoever's they are.
 //! - `cancel`: locks, sets, permits, reads and writes, with and without
 //!   `hold_at_least`, each cancelled by another thread at a random moment.
 //! - `fenced-kv`: read-modify-writes of counters on the storage server
 //!   through `fenced_get` and `fenced_set`, under locks of the same names.
+//! - `fenced-rw`: the reader-writer lock's writers do that on its storage
+//!   key, its readers read it with `fenced_get_shared`.
 //! - `clocks`: `clock_offsets()`, `doctor()` and `ping()` whenever the
 //!   clock nemesis steps a clock, and in between.
 //!
@@ -24,11 +31,14 @@ use rand::seq::index::sample;
 use rand::Rng;
 use redfence::crossbeam_channel::{self, RecvTimeoutError};
 use redfence::redis;
-use redfence::{fenced_get, fenced_set, Cancel, Error, FencingToken, LockOptions, Redlock};
+use redfence::{
+    fenced_get, fenced_get_shared, fenced_set, Cancel, Error, FencingToken, Holder, LockOptions,
+    Redlock,
+};
 
-use crate::history::{Call, ClockCheck, KvOp, Unlock, UnlockOutcome};
-use crate::workloads::{Ask, Guard, HoldNotes, Worker};
-use crate::{MAX_KEY_LIFE, REGISTERS, TTL, WAIT};
+use crate::history::{Call, ClockCheck, KvKind, KvOp, Unlock, UnlockOutcome, UnlockRole};
+use crate::workloads::{Ask, Guard, HoldNotes, Worker, RW_WRITES};
+use crate::{slot_resource, MAX_KEY_LIFE, PERMITS, REGISTERS, RW_LOCK, SEMAPHORE, TTL, WAIT};
 
 /// The lock the operator revokes, and the storage key it guards.
 pub const OP_LOCK: &str = "op-lock";
@@ -57,14 +67,26 @@ pub fn key_life_with_hold(ttl: Duration, hold: Duration) -> Duration {
 }
 
 impl Worker<'_> {
-    /// `operator`: thread 0 holds `OP_LOCK`, thread 1 revokes it.
+    /// `operator`: thread 0 holds `OP_LOCK`, a permit of the semaphore, or
+    /// a read or a write of the reader-writer lock, live or dead; thread 1
+    /// revokes whoever holds one of them.
     pub fn operator(&mut self) {
         while Instant::now() < self.ctx.until {
             self.ctx.history.op(self.workload);
             if self.thread == 0 {
-                self.op_hold();
+                match self.rng.random_range(0..6) {
+                    0..=2 => self.op_hold(),
+                    3 => self.op_hold_other(Ask::Permit),
+                    4 => self.op_hold_other(Ask::Read),
+                    _ => self.op_hold_other(Ask::Write),
+                }
             } else {
-                self.op_unlock();
+                self.pause(100, 1200);
+                match self.rng.random_range(0..4) {
+                    0 | 1 => self.op_unlock(),
+                    2 => self.unlock_permits(),
+                    _ => self.unlock_rw(),
+                }
             }
         }
     }
@@ -86,17 +108,10 @@ impl Worker<'_> {
                 return self.pause(0, 100);
             }
         };
-        let mut hold = HoldNotes::new(&guard, start, Instant::now(), WAIT);
-        hold.key_life = ttl;
         if dead {
-            self.pause(0, 200);
-            hold.claim.note(guard.validity());
-            hold.releasing = Instant::now();
-            // The process dies: no release, no clean-up, its keys live out
-            // their lease unless an operator revokes them.
-            std::mem::forget(guard);
-            return hold.finish(self);
+            return self.die_holding(guard, start);
         }
+        let mut hold = HoldNotes::new(&guard, start, Instant::now(), WAIT);
         let steps = self.rng.random_range(0..=3);
         let stall = !auto && self.ctx.stalls.take();
         self.kv_modify(&guard, &mut hold, OP_LOCK, stall, steps);
@@ -106,25 +121,121 @@ impl Worker<'_> {
         hold.finish(self);
     }
 
+    /// A permit, a read or a write the operator may revoke: 35 % of the
+    /// time a dead holder's, else a live one doing the `semaphore` or `rw`
+    /// workload's fenced work in PostgreSQL.
+    fn op_hold_other(&mut self, ask: Ask) {
+        if !self.rng.random_bool(0.35) {
+            if let Err(e) = self.increment(ask) {
+                self.ctx.history.count(|c| c.database_errors += 1);
+                eprintln!("client {}: {e}", self.id);
+                self.reconnect();
+            }
+            return;
+        }
+        let options = LockOptions::new()
+            .ttl(DEAD_TTL)
+            .wait(WAIT)
+            .auto_extend(false);
+        let start = Instant::now();
+        match self.take(&ask, options) {
+            Ok(guard) => self.die_holding(guard, start),
+            Err(e) => {
+                self.failed_call(&ask.resources(), start, WAIT, DEAD_TTL, &e);
+                self.pause(0, 100);
+            }
+        }
+    }
+
+    /// A holder whose process dies: no release, no clean-up, its keys
+    /// live out their lease (`DEAD_TTL`) unless an operator revokes them.
+    fn die_holding(&mut self, guard: Guard, start: Instant) {
+        let mut hold = HoldNotes::new(&guard, start, Instant::now(), WAIT);
+        hold.key_life = DEAD_TTL;
+        self.pause(0, 200);
+        hold.claim.note(guard.validity());
+        hold.releasing = Instant::now();
+        std::mem::forget(guard);
+        hold.finish(self);
+    }
+
     /// A look, a forced release, and, when it revoked a holder, a newer
     /// holder's fenced write.
     fn op_unlock(&mut self) {
-        self.pause(100, 1200);
         // What an operator looks at first (`redfence holder`): not judged,
         // the unlock reads the holder again.
         let _ = self.locks.holder(OP_LOCK);
         self.ctx.history.count(|c| c.probes += 1);
         let start = Instant::now();
         let result = self.locks.force_release(OP_LOCK);
-        let end = Instant::now();
+        let times = (start, Instant::now());
         let outcome = match &result {
-            Ok(Some(h)) => match h.identity.as_deref().and_then(client_of) {
-                Some(holder) => UnlockOutcome::Revoked { holder },
-                None => UnlockOutcome::RevokedUnknown,
-            },
+            Ok(Some(h)) => revoked(h),
             Ok(None) => UnlockOutcome::Free,
             Err(_) => UnlockOutcome::Failed,
         };
+        self.record_unlock(OP_LOCK.to_string(), UnlockRole::Lock, times, outcome);
+        if matches!(outcome, UnlockOutcome::Revoked { .. }) {
+            self.newer_write();
+        }
+    }
+
+    /// `Semaphore::force_release`: a record per slot, revoked or free. On
+    /// an error (it names the slot that failed), the slots up to that one
+    /// may have been revoked (what the earlier ones returned is lost), the
+    /// later ones were not tried.
+    fn unlock_permits(&mut self) {
+        let semaphore = self.locks.semaphore(SEMAPHORE, PERMITS);
+        let start = Instant::now();
+        let result = semaphore.force_release();
+        let times = (start, Instant::now());
+        let slots: Vec<(u32, UnlockOutcome)> = match &result {
+            Ok(list) => (0..PERMITS)
+                .map(|slot| match list.iter().find(|(s, _)| *s == slot) {
+                    Some((_, h)) => (slot, revoked(h)),
+                    None => (slot, UnlockOutcome::Free),
+                })
+                .collect(),
+            Err(e) => (0..=failed_slot(e).unwrap_or(PERMITS - 1))
+                .map(|slot| (slot, UnlockOutcome::Failed))
+                .collect(),
+        };
+        for (slot, outcome) in slots {
+            self.record_unlock(slot_resource(slot), UnlockRole::Permit, times, outcome);
+        }
+    }
+
+    /// `RwLock::force_release`: a record per writer and reader it revoked;
+    /// one for the whole lock when it revoked none or failed.
+    fn unlock_rw(&mut self) {
+        let rw = self.locks.rw_lock(RW_LOCK);
+        let start = Instant::now();
+        let result = rw.force_release();
+        let times = (start, Instant::now());
+        let mut records = Vec::new();
+        match &result {
+            Ok(holders) => {
+                let writer = holders.writer.iter().map(|h| (UnlockRole::Writer, h));
+                let readers = holders.readers.iter().map(|h| (UnlockRole::Reader, h));
+                records.extend(writer.chain(readers).map(|(r, h)| (r, revoked(h))));
+                if records.is_empty() {
+                    records.push((UnlockRole::Rw, UnlockOutcome::Free));
+                }
+            }
+            Err(_) => records.push((UnlockRole::Rw, UnlockOutcome::Failed)),
+        }
+        for (role, outcome) in records {
+            self.record_unlock(RW_LOCK.to_string(), role, times, outcome);
+        }
+    }
+
+    fn record_unlock(
+        &self,
+        resource: String,
+        role: UnlockRole,
+        (start, end): (Instant, Instant),
+        outcome: UnlockOutcome,
+    ) {
         self.ctx.history.count(|c| match outcome {
             UnlockOutcome::Revoked { .. } | UnlockOutcome::RevokedUnknown => c.unlocks_revoked += 1,
             UnlockOutcome::Free => c.unlocks_free += 1,
@@ -132,14 +243,12 @@ impl Worker<'_> {
         });
         self.ctx.history.unlocks.lock().push(Unlock {
             client: self.id,
-            resource: OP_LOCK.to_string(),
+            resource,
+            role,
             start,
             end,
             outcome,
         });
-        if matches!(outcome, UnlockOutcome::Revoked { .. }) {
-            self.newer_write();
-        }
     }
 
     /// The lock taken after a revocation, and a write with its token: a
@@ -165,34 +274,78 @@ impl Worker<'_> {
         while Instant::now() < self.ctx.until {
             self.ctx.history.op(self.workload);
             let key = KV_KEYS[self.rng.random_range(0..KV_KEYS.len())];
-            let steps = if self.rng.random_bool(0.5) {
-                self.rng.random_range(1..=3)
-            } else {
-                0
-            };
-            let auto = steps == 0 && self.rng.random_bool(0.7);
-            let wait = if self.rng.random_bool(0.3) {
-                Duration::ZERO
-            } else {
-                WAIT
-            };
+            let (steps, auto, wait) = self.kv_shape();
             let options = LockOptions::new().ttl(TTL).wait(wait).auto_extend(auto);
             let start = Instant::now();
             match self.locks.lock_with(key, options) {
-                Ok(g) => {
-                    let guard = Guard::One(g);
-                    let stall = !auto && self.ctx.stalls.take();
-                    let mut hold = HoldNotes::new(&guard, start, Instant::now(), wait);
-                    self.kv_modify(&guard, &mut hold, key, stall, steps);
-                    hold.claim.note(guard.validity());
-                    hold.releasing = Instant::now();
-                    guard.release();
-                    hold.finish(self);
-                }
+                Ok(g) => self.kv_guarded(Guard::One(g), (start, wait), key, steps, auto),
                 Err(e) => self.failed_call(&[key.to_string()], start, wait, TTL, &e),
             }
             self.pause(0, 100);
         }
+    }
+
+    /// `fenced-rw`: on `RW_LOCK`, write (the read-modify-write of the
+    /// storage key of the same name with `fenced_get` and `fenced_set`)
+    /// or read it twice with `fenced_get_shared`, with the register's
+    /// steps, watchdog or not, stalls and short forms.
+    pub fn fenced_rw(&mut self) {
+        while Instant::now() < self.ctx.until {
+            self.ctx.history.op(self.workload);
+            let ask = if self.rng.random_bool(RW_WRITES) {
+                Ask::Write
+            } else {
+                Ask::Read
+            };
+            let (steps, auto, wait) = self.kv_shape();
+            let options = LockOptions::new().ttl(TTL).wait(wait).auto_extend(auto);
+            let start = Instant::now();
+            match self.take(&ask, options) {
+                Ok(guard) => self.kv_guarded(guard, (start, wait), RW_LOCK, steps, auto),
+                Err(e) => self.failed_call(&ask.resources(), start, wait, TTL, &e),
+            }
+            self.pause(0, 100);
+        }
+    }
+
+    /// Steps (half the time 1–3), the watchdog (most of those without
+    /// steps), and the wait (none 30 % of the time).
+    fn kv_shape(&mut self) -> (u32, bool, Duration) {
+        let steps = if self.rng.random_bool(0.5) {
+            self.rng.random_range(1..=3)
+        } else {
+            0
+        };
+        let auto = steps == 0 && self.rng.random_bool(0.7);
+        let wait = if self.rng.random_bool(0.3) {
+            Duration::ZERO
+        } else {
+            WAIT
+        };
+        (steps, auto, wait)
+    }
+
+    /// The work under a guard on the storage server (a read guard's two
+    /// shared reads, else a read-modify-write), its release, its record.
+    fn kv_guarded(
+        &mut self,
+        guard: Guard,
+        (start, wait): (Instant, Duration),
+        key: &str,
+        steps: u32,
+        auto: bool,
+    ) {
+        let stall = !auto && self.ctx.stalls.take();
+        let mut hold = HoldNotes::new(&guard, start, Instant::now(), wait);
+        if let Guard::Read(_) = guard {
+            self.kv_read_shared(&guard, &mut hold, key, stall, steps);
+        } else {
+            self.kv_modify(&guard, &mut hold, key, stall, steps);
+        }
+        hold.claim.note(guard.validity());
+        hold.releasing = Instant::now();
+        guard.release();
+        hold.finish(self);
     }
 
     /// The fenced read-modify-write of `key`: read with the guard's
@@ -205,33 +358,42 @@ impl Worker<'_> {
         stall: bool,
         steps: u32,
     ) {
-        let Guard::One(lock) = guard else { return };
-        let token = lock.token();
-        let Some(read) = self.kv_op(key, token, None) else {
+        let Some(token) = guard.token() else { return };
+        let Some(read) = self.kv_op(key, token, KvKind::Get, 0) else {
             return;
         };
         if self.work_then_check(guard, hold, stall, steps) {
-            self.kv_op(key, token, Some(read + 1));
+            self.kv_op(key, token, KvKind::Set, read + 1);
         }
     }
 
-    /// `fenced_get` (`value: None`) or `fenced_set` of `value`, recorded;
-    /// the value read (absent: 0) or written when accepted.
-    fn kv_op(&mut self, key: &str, token: FencingToken, value: Option<i64>) -> Option<i64> {
+    /// A reader's work: `fenced_get_shared`, the steps, the check, a stall
+    /// if asked, and `fenced_get_shared` again.
+    fn kv_read_shared(
+        &mut self,
+        guard: &Guard,
+        hold: &mut HoldNotes,
+        key: &str,
+        stall: bool,
+        steps: u32,
+    ) {
+        let Some(token) = guard.token() else { return };
+        if self.kv_op(key, token, KvKind::GetShared, 0).is_none() {
+            return;
+        }
+        if self.work_then_check(guard, hold, stall, steps) {
+            self.kv_op(key, token, KvKind::GetShared, 0);
+        }
+    }
+
+    /// One call on the storage server, recorded: `fenced_get`,
+    /// `fenced_get_shared`, or `fenced_set` of `value`. The value read
+    /// (absent: 0) or written when accepted.
+    fn kv_op(&mut self, key: &str, token: FencingToken, op: KvKind, value: i64) -> Option<i64> {
         let start = Instant::now();
         let (accepted, seen) = match self.store() {
-            Some(conn) => match value {
-                None => match fenced_get(conn, key, token) {
-                    Ok(v) => (Some(true), v.and_then(|s| s.parse().ok()).unwrap_or(0)),
-                    Err(e) if e.code() == Some("STALE") => (Some(false), 0),
-                    Err(_) => (None, 0),
-                },
-                Some(v) => match fenced_set(conn, key, token, v) {
-                    Ok(written) => (Some(written), v),
-                    Err(_) => (None, v),
-                },
-            },
-            None => (None, value.unwrap_or(0)),
+            Some(conn) => kv_call(conn, key, token, op, value),
+            None => (None, value),
         };
         let end = Instant::now();
         if accepted.is_none() {
@@ -246,7 +408,7 @@ impl Worker<'_> {
             client: self.id,
             key: key.to_string(),
             token: token.get(),
-            set: value.is_some(),
+            op,
             start,
             end,
             accepted,
@@ -420,6 +582,52 @@ impl Worker<'_> {
             doctor: severities,
         });
     }
+}
+
+/// What a call on the storage server answered: accepted (`Some(true)`),
+/// refused as stale (`Some(false)`) or no answer (`None`), and the value
+/// read (absent: 0) or written.
+fn kv_call(
+    conn: &mut redis::Connection,
+    key: &str,
+    token: FencingToken,
+    op: KvKind,
+    value: i64,
+) -> (Option<bool>, i64) {
+    let read = match op {
+        KvKind::Set => {
+            return match fenced_set(conn, key, token, value) {
+                Ok(written) => (Some(written), value),
+                Err(_) => (None, value),
+            }
+        }
+        KvKind::Get => fenced_get(conn, key, token),
+        KvKind::GetShared => fenced_get_shared(conn, key, token),
+    };
+    match read {
+        Ok(v) => (Some(true), v.and_then(|s| s.parse().ok()).unwrap_or(0)),
+        Err(e) if e.code() == Some("STALE") => (Some(false), 0),
+        Err(_) => (None, 0),
+    }
+}
+
+/// An unlock's outcome for a holder it returned: the client its identity
+/// names.
+fn revoked(holder: &Holder) -> UnlockOutcome {
+    match holder.identity.as_deref().and_then(client_of) {
+        Some(holder) => UnlockOutcome::Revoked { holder },
+        None => UnlockOutcome::RevokedUnknown,
+    }
+}
+
+/// The slot a semaphore's failed forced release names (`name#slot`).
+fn failed_slot(e: &Error) -> Option<u32> {
+    let resource = match e {
+        Error::Unavailable { resource, .. } | Error::WrongType { resource, .. } => resource,
+        _ => return None,
+    };
+    let slot: u32 = resource.rsplit_once('#')?.1.parse().ok()?;
+    (slot < PERMITS).then_some(slot)
 }
 
 /// Each instance's `clock` finding's severity (`none` without one), in the

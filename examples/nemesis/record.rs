@@ -12,7 +12,7 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 
 use crate::args::Workload;
-use crate::history::{EffectKind, History, Mode, UnlockOutcome};
+use crate::history::{EffectKind, History, KvKind, Mode, UnlockOutcome, UnlockRole};
 use crate::nemesis::Nemesis;
 
 /// Bumped when a line's meaning changes; `--check` refuses another.
@@ -74,6 +74,7 @@ pub struct Call {
 pub struct Unlock {
     pub client: usize,
     pub resource: String,
+    pub role: UnlockRole,
     pub start: f64,
     pub end: f64,
     pub outcome: UnlockOutcome,
@@ -84,7 +85,7 @@ pub struct KvOp {
     pub client: usize,
     pub key: String,
     pub token: u64,
-    pub set: bool,
+    pub op: KvKind,
     pub start: f64,
     pub end: f64,
     pub accepted: Option<bool>,
@@ -326,13 +327,13 @@ impl Record {
             };
             line(json!({
                 "type": "unlock", "client": u.client, "resource": u.resource,
-                "start": u.start, "end": u.end, "result": result, "holder": holder,
+                "role": u.role.name(), "start": u.start, "end": u.end, "result": result, "holder": holder,
             }));
         }
         for k in &self.kv {
             line(json!({
                 "type": "kv", "client": k.client, "key": k.key, "token": k.token,
-                "op": if k.set { "set" } else { "get" }, "start": k.start, "end": k.end,
+                "op": k.op.name(), "start": k.start, "end": k.end,
                 "accepted": k.accepted, "value": k.value,
             }));
         }
@@ -684,6 +685,7 @@ fn operations(history: &History) -> (Vec<Unlock>, Vec<KvOp>, Vec<ClockCheck>) {
         .map(|u| Unlock {
             client: u.client,
             resource: u.resource.clone(),
+            role: u.role,
             start: s(u.start),
             end: s(u.end),
             outcome: u.outcome,
@@ -697,7 +699,7 @@ fn operations(history: &History) -> (Vec<Unlock>, Vec<KvOp>, Vec<ClockCheck>) {
             client: k.client,
             key: k.key.clone(),
             token: k.token,
-            set: k.set,
+            op: k.op,
             start: s(k.start),
             end: s(k.end),
             accepted: k.accepted,
@@ -729,9 +731,22 @@ fn parse_unlock(o: &Map<String, Value>) -> Result<Unlock, String> {
         ("failed", _) => UnlockOutcome::Failed,
         (other, _) => return Err(format!("unknown unlock result {other:?}")),
     };
+    // Histories from before semaphores and reader-writer locks were
+    // unlocked have no role: every unlock was a lock's.
+    let role = match o.get("role") {
+        None => UnlockRole::Lock,
+        Some(_) => {
+            let name = text_of(o, "role")?;
+            UnlockRole::ALL
+                .into_iter()
+                .find(|r| r.name() == name)
+                .ok_or_else(|| format!("unknown unlock role {name:?}"))?
+        }
+    };
     Ok(Unlock {
         client: uint(o, "client")? as usize,
         resource: text_of(o, "resource")?,
+        role,
         start: secs(o, "start")?,
         end: secs(o, "end")?,
         outcome,
@@ -739,11 +754,11 @@ fn parse_unlock(o: &Map<String, Value>) -> Result<Unlock, String> {
 }
 
 fn parse_kv(o: &Map<String, Value>) -> Result<KvOp, String> {
-    let set = match text_of(o, "op")?.as_str() {
-        "set" => true,
-        "get" => false,
-        other => return Err(format!("unknown kv op {other:?}")),
-    };
+    let name = text_of(o, "op")?;
+    let op = KvKind::ALL
+        .into_iter()
+        .find(|k| k.name() == name)
+        .ok_or_else(|| format!("unknown kv op {name:?}"))?;
     let accepted = match field(o, "accepted")? {
         Value::Null => None,
         Value::Bool(b) => Some(*b),
@@ -753,7 +768,7 @@ fn parse_kv(o: &Map<String, Value>) -> Result<KvOp, String> {
         client: uint(o, "client")? as usize,
         key: text_of(o, "key")?,
         token: uint(o, "token")?,
-        set,
+        op,
         start: secs(o, "start")?,
         end: secs(o, "end")?,
         accepted,

@@ -217,7 +217,7 @@ pub fn write(
 const LANE: u32 = 22;
 const CAPTION: &str = "holds: register blue, multi green, election purple, run-once orange, \
      permit teal, read light brown, write dark brown, operator magenta, cancel olive, \
-     fenced-kv indigo; \
+     fenced-kv indigo (fenced-rw: reads and writes); \
      faults: pause grey, kill/restart/rollback black, partition orange, late yellow, \
      clock light blue, client-pause pink (on client lanes); violations: red lines";
 
@@ -321,7 +321,7 @@ fn hold_colour(w: crate::args::Workload, mode: Mode) -> RGBColor {
         (Semaphore | Rw, _) => RGBColor(40, 160, 160),
         (Operator, _) => RGBColor(200, 60, 120),
         (Cancel, _) => RGBColor(150, 150, 60),
-        (FencedKv | Clocks, _) => RGBColor(90, 90, 200),
+        (FencedKv | FencedRw | Clocks, _) => RGBColor(90, 90, 200),
     }
 }
 

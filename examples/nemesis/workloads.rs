@@ -20,14 +20,15 @@
 //!   of a write in between. The store fences both (`RW_READ_FENCE`,
 //!   `RW_WRITE_FENCE`).
 //!
-//! - `operator`, `cancel`, `fenced-kv`, `clocks`: the operations no user
+//! - `operator`, `cancel`, `fenced-kv`, `fenced-rw`, `clocks`: the operations no user
 //!   workload above makes (forced unlocks, cancelled calls, the Redis
 //!   fenced store, clock readings and the doctor): see `ops.rs`.
 //!
 //! Calls that take the defaults (`TTL`, `WAIT`, the watchdog: the
 //! client's `default_options`) go, at random, through each of the short
 //! forms (`lock`, `try_lock`, `try_lock_for`, `try_lock_until`, and the
-//! same of sets, permits, reads and writes), so that every public way in
+//! same of sets — `lock_all`, `try_lock_all`, `try_lock_all_for`,
+//! `try_lock_all_until` —, permits, reads and writes), so that every public way in
 //! is exercised (`.ci/bench_coverage.py` checks that none is left out).
 //!
 //! A `semaphore` or `rw` client runs `THREADS` threads on its one
@@ -43,8 +44,8 @@ use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
 use redfence::{
-    crossbeam_channel, sql, Cancel, Election, Error, Leadership, LockGuard, LockOptions,
-    MultiGuard, Permit, ReadGuard, Redlock, WriteGuard,
+    crossbeam_channel, sql, Cancel, Election, Error, FencingToken, Leadership, LockGuard,
+    LockOptions, MultiGuard, Permit, ReadGuard, Redlock, WriteGuard,
 };
 
 use crate::args::Workload;
@@ -58,8 +59,8 @@ use crate::{
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The share of `rw` operations that write.
-const RW_WRITES: f64 = 0.35;
+/// The share of `rw` (and `fenced-rw`) operations that write.
+pub const RW_WRITES: f64 = 0.35;
 
 /// What every client shares.
 pub struct Ctx<'a> {
@@ -137,7 +138,11 @@ pub fn run(ctx: &Ctx<'_>, id: usize, workload: Workload, seed: u64) -> Result<()
         .default_options(defaults())
         .build()?;
     let threads = match workload {
-        Workload::Semaphore | Workload::Rw | Workload::Operator | Workload::FencedKv => THREADS,
+        Workload::Semaphore
+        | Workload::Rw
+        | Workload::Operator
+        | Workload::FencedKv
+        | Workload::FencedRw => THREADS,
         _ => 1,
     };
     let mut workers = Vec::with_capacity(threads);
@@ -250,6 +255,17 @@ impl Guard {
         }
     }
 
+    /// The guard's token (a set has one per member: `None`).
+    pub fn token(&self) -> Option<FencingToken> {
+        match self {
+            Guard::One(g) => Some(g.token()),
+            Guard::Set(_) => None,
+            Guard::Permit(g) => Some(g.token()),
+            Guard::Read(g) => Some(g.token()),
+            Guard::Write(g) => Some(g.token()),
+        }
+    }
+
     fn extend(&self, ttl: Duration) -> Result<(), Error> {
         match self {
             Guard::One(g) => g.extend(ttl),
@@ -313,6 +329,7 @@ impl Worker<'_> {
             Workload::Operator => self.operator(),
             Workload::Cancel => self.cancels(),
             Workload::FencedKv => self.fenced_kv(),
+            Workload::FencedRw => self.fenced_rw(),
             Workload::Clocks => self.clocks()?,
             _ => self.holds(),
         }
@@ -374,9 +391,11 @@ impl Worker<'_> {
             Ask::Registers(list) => match list.as_slice() {
                 [one] => self.take_one(one, options, form).map(Guard::One),
                 all => match form {
+                    Form::With => self.locks.lock_all_with(all, options),
                     Form::Plain => self.locks.lock_all(all),
                     Form::Try => self.locks.try_lock_all(all),
-                    _ => self.locks.lock_all_with(all, options),
+                    Form::For(wait) => self.locks.try_lock_all_for(all, wait),
+                    Form::Until(at) => self.locks.try_lock_all_until(all, at),
                 }
                 .map(Guard::Set),
             },
@@ -428,7 +447,7 @@ impl Worker<'_> {
 
     /// One read-modify-write under the guard (a read: two reads); `Err`
     /// only for the database.
-    fn increment(&mut self, ask: Ask) -> Result<(), BoxError> {
+    pub fn increment(&mut self, ask: Ask) -> Result<(), BoxError> {
         // Some holders work in steps and extend the lease themselves before
         // each, as a batch job does; of the others, most have the watchdog.
         let steps = if self.rng.random_bool(0.6) {
