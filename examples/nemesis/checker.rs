@@ -48,6 +48,10 @@ const CLOCK_STEP_MAX: f64 = 5.0;
 /// watcher's read timeout after the read. An effect recorded up to this
 /// long before a sighting may have come after the key was read.
 const READ_SLACK: f64 = crate::watcher::READ_TIMEOUT.as_secs_f64();
+/// How soon after a grant the watcher may not have read a key it wrote
+/// yet: one round of reads, each up to the read timeout. An effect within
+/// this of the first guard's grant may have met its key unseen.
+const UNSEEN: f64 = crate::watcher::EVERY.as_secs_f64() + READ_SLACK;
 
 #[derive(Debug, Clone)]
 pub struct Violation {
@@ -448,7 +452,10 @@ fn reason(a: &Act) -> Option<&'static str> {
 /// 2. Otherwise an effect excuses it if it lost keys, or stepped a clock
 ///    forward, on an instance where the watcher saw `a`'s key before the
 ///    effect (so `a`'s grant could rest on it; a sighting is timed when
-///    its read returned, `READ_SLACK`), no later than `b`'s grant;
+///    its read returned, `READ_SLACK`), or, seen or not, within `UNSEEN`
+///    of `a`'s grant (too soon for the watcher to have read the key: the
+///    benefit of the doubt, where the watcher had no chance to look), no
+///    later than `b`'s grant;
 /// 3. and `a` had a grant or an extension sent before the effect (the part
 ///    it promised may be lost); what later extensions added is not
 ///    excused: `a` and `b` must not be believed at once past it;
@@ -484,7 +491,8 @@ fn excuse(
         // A's own kind of key: a read's reader entry, anything else's key.
         let read_before = ctx.sightings(ca, resource, i, a.hold.start, t + READ_SLACK);
         let own = |x: &&(f64, f64, bool)| x.2 == (a.hold.mode == Mode::Read);
-        if !same && !read_before.iter().any(|x| own(&x)) {
+        let too_soon_to_see = a.hold.start <= t && t < a.granted + UNSEEN;
+        if !same && !too_soon_to_see && !read_before.iter().any(|x| own(&x)) {
             continue;
         }
         let rested = a
@@ -1580,6 +1588,26 @@ mod tests {
         // excused.
         let v = check(&extended(0.95));
         assert_eq!((v.overlaps, v.overlaps_excused), (0, 1));
+    }
+
+    /// A granted on a bare quorum a few milliseconds before a restart of
+    /// one of its instances, too soon for the watcher to have read its key
+    /// there: the overlap is excused. Long after the grant, an instance the
+    /// watcher never saw A's key on excuses nothing.
+    #[test]
+    fn a_fault_too_soon_after_the_grant_for_the_watcher_may_excuse() {
+        let build = |fault_at: f64| {
+            let mut rec = record();
+            hold(&mut rec, 0, Mode::Exclusive, 1, 0.0, 3.0);
+            seen(&mut rec, 0, R, &[0, 1], 0.6, 2.4);
+            fault(&mut rec, Nemesis::Restart, 2, fault_at, RESTART);
+            hold(&mut rec, 1, Mode::Exclusive, 2, 1.0, 2.5);
+            rec
+        };
+        let v = check(&build(0.005));
+        assert_eq!((v.overlaps, v.overlaps_excused), (0, 1));
+        let v = check(&build(0.5));
+        assert_eq!((v.overlaps, v.overlaps_excused), (1, 0));
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::history::{History, Sighting};
 use crate::workloads::identity;
 
 /// How often the keys are read.
-const EVERY: Duration = Duration::from_millis(50);
+pub const EVERY: Duration = Duration::from_millis(50);
 /// A stopped server answers nothing: the read gives up quickly.
 pub const READ_TIMEOUT: Duration = Duration::from_millis(300);
 /// The library's default key prefix.
