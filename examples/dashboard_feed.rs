@@ -15,8 +15,9 @@
 //! killed and restarted (instance errors, owed releases), one instance's
 //! clock 1.5 s ahead for a while (when the servers run under libfaketime:
 //! set `REDFENCE_TEST_SERVER` to a server built with libc malloc, such as
-//! Valkey 9.1's, see docs/testing.md), and a majority frozen for 3 s (lost
-//! leases, failed extensions, calls without a quorum).
+//! Valkey 9.1's, see docs/testing.md), and a majority frozen for 4 s (a lost
+//! lease, failed extensions, calls without a quorum). Each fault is logged
+//! on stderr with its Unix time.
 //!
 //! docs/observability.md shows the dashboard (contrib/grafana/redfence.json)
 //! drawn from a real Prometheus scraping this example.
@@ -167,6 +168,27 @@ fn main() -> Result<(), String> {
             }),
         );
     }
+    // A long job: 8 s under a lock with a 2 s TTL, kept by the watchdog
+    // (its lease is lost when a majority freezes).
+    {
+        let locks = locks.clone();
+        spawn(
+            "ledger",
+            Box::new(move || {
+                let options = LockOptions::new()
+                    .ttl(Duration::from_secs(2))
+                    .wait(Duration::from_secs(5));
+                if let Ok(guard) = locks.lock_with("ledger", options) {
+                    let until = Instant::now() + Duration::from_secs(8);
+                    while Instant::now() < until && guard.is_held() {
+                        pause(100);
+                    }
+                    let _ = guard.release();
+                }
+                pause(200);
+            }),
+        );
+    }
     // A cron-like job: one attempt, the lock taken half the time.
     for i in 0..2 {
         let locks = locks.clone();
@@ -237,37 +259,45 @@ fn main() -> Result<(), String> {
     // The faults, at fixed points of the run.
     let started = Instant::now();
     let at = |fraction: f64| started + args.duration.mul_f64(fraction);
+    let log = |what: &str| {
+        let unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        eprintln!("{:>5.0} s (unix {unix}): {what}", started.elapsed().as_secs_f64());
+    };
     let until = |when: Instant| {
         if let Some(left) = when.checked_duration_since(Instant::now()) {
             thread::sleep(left);
         }
     };
     until(at(0.2));
-    eprintln!("{:>5.0} s: instance 4 killed", started.elapsed().as_secs_f64());
+    log("instance 4 killed");
     cluster.server(4).kill();
     until(at(0.35));
     cluster.server(4).restart();
-    eprintln!("{:>5.0} s: instance 4 restarted", started.elapsed().as_secs_f64());
+    log("instance 4 restarted");
     if fake_clock {
         until(at(0.45));
         cluster.server(3).jump_clock_forward(Duration::from_millis(1500));
-        eprintln!("{:>5.0} s: instance 3's clock 1.5 s ahead", started.elapsed().as_secs_f64());
+        log("instance 3's clock 1.5 s ahead");
         until(at(0.6));
         cluster.server(3).jump_clock_back(Duration::from_millis(1500));
-        eprintln!("{:>5.0} s: instance 3's clock back", started.elapsed().as_secs_f64());
+        log("instance 3's clock back");
     }
     until(at(0.75));
-    eprintln!("{:>5.0} s: instances 0, 1, 2 frozen for 3 s", started.elapsed().as_secs_f64());
+    log("instances 0, 1, 2 frozen for 4 s");
     cluster.stop(&[0, 1, 2]);
-    thread::sleep(Duration::from_secs(3));
+    thread::sleep(Duration::from_secs(4));
     cluster.cont(&[0, 1, 2]);
+    log("instances 0, 1, 2 thawed");
     until(at(1.0));
 
     stop.store(true, Ordering::Relaxed);
     for thread in threads {
         let _ = thread.join();
     }
-    eprintln!("done after {:.0} s", started.elapsed().as_secs_f64());
+    log("done");
     Ok(())
 }
 

@@ -83,7 +83,7 @@ def main():
     p.add_argument("--mark", action="append", default=[],
                    help="UNIX_TIME:LABEL, a vertical line on every panel (repeatable)")
     p.add_argument("--out", default="dashboard.png")
-    p.add_argument("--dpi", type=int, default=72)
+    p.add_argument("--dpi", type=int, default=80)
     a = p.parse_args()
 
     end = a.end or time.time()
@@ -99,13 +99,16 @@ def main():
     height = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels)
     fig = plt.figure(figsize=(16, height * 0.42))
     grid = GridSpec(height, 24, figure=fig, hspace=2.2, wspace=3.0,
-                    left=0.05, right=0.98, top=1 - 0.9 / height, bottom=0.35 / height)
+                    left=0.05, right=0.98, top=1 - 0.9 / height, bottom=1.0 / height)
     title = dashboard.get("title", "dashboard")
     t0 = datetime.datetime.fromtimestamp(start, datetime.timezone.utc)
     t1 = datetime.datetime.fromtimestamp(end, datetime.timezone.utc)
     fig.suptitle(f"Grafana dashboard \u201c{title}\u201d ({a.dashboard}), every panel from Prometheus "
-                 f"{t0:%Y-%m-%d %H:%M:%S}\u2013{t1:%H:%M:%S} UTC", fontsize=13, y=1 - 0.25 / height)
+                 f"{t0:%Y-%m-%d %H:%M:%S}\u2013{t1:%H:%M:%S} UTC"
+                 + ("\ndotted lines: the --mark times, labelled above the top row" if marks else ""),
+                 fontsize=13, y=1 - 0.25 / height)
     failures = 0
+    first_row = min(p["gridPos"]["y"] for p in panels if p["type"] != "row")
     for panel in panels:
         g = panel["gridPos"]
         if panel["type"] == "row":
@@ -117,6 +120,7 @@ def main():
         ax.set_title(panel["title"], fontsize=11, loc="left")
         defaults = panel.get("fieldConfig", {}).get("defaults", {})
         drawn = 0
+        top = 0.0
         for target in panel.get("targets", []):
             expr = substitute(target["expr"], a.rate_interval)
             try:
@@ -126,26 +130,46 @@ def main():
                 failures += 1
                 continue
             for series in result:
-                xs = [datetime.datetime.fromtimestamp(float(t), datetime.timezone.utc)
-                      for t, _ in series["values"]]
-                ys = [float(v) for _, v in series["values"]]
-                ys = [y if math.isfinite(y) else float("nan") for y in ys]
-                ax.plot(xs, ys, linewidth=1.1, label=legend(target.get("legendFormat"), series["metric"]))
+                # Steps without a sample (a filtered-out `> 0`, a series not
+                # there yet) are gaps, as in Grafana, not lines across them.
+                values = {round(float(t), 3): float(v) for t, v in series["values"]}
+                xs, ys = [], []
+                t = start
+                while t <= end + 1e-6:
+                    y = values.get(round(t, 3), float("nan"))
+                    xs.append(datetime.datetime.fromtimestamp(t, datetime.timezone.utc))
+                    ys.append(y if math.isfinite(y) else float("nan"))
+                    t += float(a.step)
+                top = max([top] + [y for y in ys if math.isfinite(y)])
+                line, = ax.plot(xs, ys, linewidth=1.1,
+                                label=legend(target.get("legendFormat"), series["metric"]))
+                # A sample alone between gaps would not show as a line.
+                alone = [i for i, y in enumerate(ys) if math.isfinite(y)
+                         and (i == 0 or not math.isfinite(ys[i - 1]))
+                         and (i == len(ys) - 1 or not math.isfinite(ys[i + 1]))]
+                if alone:
+                    ax.plot([xs[i] for i in alone], [ys[i] for i in alone], "o",
+                            markersize=3, color=line.get_color())
                 drawn += 1
         for step in defaults.get("thresholds", {}).get("steps", []):
             if step.get("value") is not None:
                 ax.axhline(step["value"], color="red", linestyle="--", linewidth=0.9)
         for when, label in marks:
             ax.axvline(when, color="grey", linestyle=":", linewidth=0.9)
-            ax.text(when, 1.0, f" {label}", transform=ax.get_xaxis_transform(),
-                    fontsize=7, color="grey", va="top", rotation=0)
+            if g["y"] == first_row:
+                # Labelled once, above the top row.
+                ax.text(when, 1.01, label, transform=ax.get_xaxis_transform(),
+                        fontsize=8, color="dimgrey", va="bottom", ha="center")
         if drawn == 0:
             ax.text(0.5, 0.5, "No data", ha="center", va="center", transform=ax.transAxes, color="grey")
         if "min" in defaults:
             ax.set_ylim(bottom=defaults["min"])
+        if drawn and top > 0:
+            # Room above the highest point for the legend.
+            ax.set_ylim(top=top * 1.45)
         unit_axis(ax, defaults.get("unit"))
         ax.set_xlim(t0, t1)
-        ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M"))
+        ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M" if end - start > 900 else "%H:%M:%S"))
         ax.tick_params(labelsize=8)
         ax.grid(True, linewidth=0.3)
         if drawn:
