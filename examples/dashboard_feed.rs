@@ -58,7 +58,11 @@ fn args() -> Result<Args, String> {
                 duration =
                     Duration::from_secs(value.parse().map_err(|e| format!("--duration: {e}"))?)
             }
-            other => return Err(format!("unknown flag {other} (--listen ADDR, --duration SECS)")),
+            other => {
+                return Err(format!(
+                    "unknown flag {other} (--listen ADDR, --duration SECS)"
+                ))
+            }
         }
     }
     Ok(Args { listen, duration })
@@ -264,7 +268,10 @@ fn main() -> Result<(), String> {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
-        eprintln!("{:>5.0} s (unix {unix}): {what}", started.elapsed().as_secs_f64());
+        eprintln!(
+            "{:>5.0} s (unix {unix}): {what}",
+            started.elapsed().as_secs_f64()
+        );
     };
     let until = |when: Instant| {
         if let Some(left) = when.checked_duration_since(Instant::now()) {
@@ -279,10 +286,14 @@ fn main() -> Result<(), String> {
     log("instance 4 restarted");
     if fake_clock {
         until(at(0.45));
-        cluster.server(3).jump_clock_forward(Duration::from_millis(1500));
+        cluster
+            .server(3)
+            .jump_clock_forward(Duration::from_millis(1500));
         log("instance 3's clock 1.5 s ahead");
         until(at(0.6));
-        cluster.server(3).jump_clock_back(Duration::from_millis(1500));
+        cluster
+            .server(3)
+            .jump_clock_back(Duration::from_millis(1500));
         log("instance 3's clock back");
     }
     until(at(0.75));

@@ -23,9 +23,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, OnceLock};
 
-use metrics::{
-    Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
-};
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use redfence::testing::RedisServers;
 use redfence::Redlock;
 
@@ -192,12 +190,12 @@ fn parse_matchers(inside: &str) -> Vec<(String, String, String)> {
         };
         let label = rest[..op_at].trim().to_string();
         let after = &rest[op_at..];
-        let op_len = if after.starts_with("=~") || after.starts_with("!=") || after.starts_with("!~")
-        {
-            2
-        } else {
-            1
-        };
+        let op_len =
+            if after.starts_with("=~") || after.starts_with("!=") || after.starts_with("!~") {
+                2
+            } else {
+                1
+            };
         let op = after[..op_len].to_string();
         let after = after[op_len..].trim_start();
         let Some(quoted) = after.strip_prefix('"') else {
@@ -309,9 +307,7 @@ fn dashboard_queries(text: &str) -> String {
                 out.push('\n');
             }
             serde_json::Value::Array(items) => items.iter().for_each(|v| walk(v, key, out)),
-            serde_json::Value::Object(fields) => {
-                fields.iter().for_each(|(k, v)| walk(v, k, out))
-            }
+            serde_json::Value::Object(fields) => fields.iter().for_each(|(k, v)| walk(v, k, out)),
             _ => {}
         }
     }
