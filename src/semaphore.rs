@@ -22,6 +22,7 @@ use crate::lock::acquire::{self, Failure, Grant, Lifetime};
 use crate::lock::shared::Shared;
 use crate::protocol::keys::{self, Keys, Target};
 use crate::protocol::scripts;
+use crate::transport::notify::Tag;
 use crate::transport::outgoing::Outgoing;
 use crate::transport::quorum::{error_reply, unexpected, Vote};
 use crate::{Error, LockOptions};
@@ -169,6 +170,10 @@ struct PermitStep {
     permits: u32,
     /// The slot the last successful attempt took.
     taken: Option<u32>,
+    /// The slots whose release woke this call: the next attempt tries
+    /// them first, so that the calls of one client woken by releases of
+    /// different slots go for different slots, not all for a random one.
+    released: Vec<u32>,
 }
 
 impl PermitStep {
@@ -186,6 +191,7 @@ impl PermitStep {
             name: name.to_string(),
             permits,
             taken: None,
+            released: Vec::new(),
         })
     }
 
@@ -224,9 +230,11 @@ impl PermitStep {
             }
         }
         let start = (uuid::Uuid::new_v4().as_u128() % u128::from(self.permits)) as u32;
-        Ok((0..self.permits)
-            .map(|i| (start + i) % self.permits)
-            .filter(|slot| quorum.reached(free_on[*slot as usize]))
+        let rotation = (0..self.permits).map(|i| (start + i) % self.permits);
+        let released = self.released.iter().copied();
+        Ok(released
+            .chain(rotation.filter(|slot| !self.released.contains(slot)))
+            .filter(|slot| *slot < self.permits && quorum.reached(free_on[*slot as usize]))
             .collect())
     }
 
@@ -284,6 +292,25 @@ impl Step for PermitStep {
     fn into_target(self) -> Target {
         Target::permit(&self.prefix, &self.name, self.taken.unwrap_or(0))
     }
+
+    fn woken_by(&mut self, tags: &[Tag]) {
+        self.released.clear();
+        for slot in tags.iter().filter_map(|tag| released_slot(tag)) {
+            if !self.released.contains(&slot) {
+                self.released.push(slot);
+            }
+        }
+    }
+
+    fn took(&self, tag: &[u8]) -> bool {
+        self.taken.is_some() && released_slot(tag) == self.taken
+    }
+}
+
+/// The slot a permit's release announcement (`slot:token`) names.
+fn released_slot(tag: &[u8]) -> Option<u32> {
+    let text = std::str::from_utf8(tag).ok()?;
+    text.split_once(':')?.0.parse().ok()
 }
 
 fn classify(values: &[Value]) -> Vote<Vec<u32>, String> {

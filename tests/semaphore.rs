@@ -7,7 +7,7 @@ mod common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -237,5 +237,69 @@ fn force_release_frees_the_permits_of_a_crashed_holder() {
     assert!(
         operator.force_release().unwrap().len() == 1,
         "only the new one"
+    );
+}
+
+/// Releases of several permits close together each wake a waiter of the
+/// client that waits for them, as a lock's release does: the four waiters
+/// of one client are granted soon after four permits are released, not at
+/// their fallback re-check (250 ms after their last attempt). Each round
+/// is judged against a bound far above a hand-over's cost and below the
+/// re-check; one slow round in five is forgiven (a loaded machine). With
+/// the wake-ups lost, three waiters a round wait for their re-check.
+#[test]
+fn every_release_of_a_permit_wakes_a_waiter() {
+    const PERMITS: u32 = 4;
+    const ROUNDS: usize = 5;
+    const BOUND: Duration = Duration::from_millis(120);
+    let cluster = RedisServers::start(3);
+    let (holder, waiters) = (client(&cluster), client(&cluster));
+    common::warm(&holder);
+    common::warm(&waiters);
+    let channel = "redfence:released:{wakes}:permits";
+    let sem = holder.semaphore("wakes", PERMITS);
+    let mut held: Vec<_> = (0..PERMITS).map(|_| sem.acquire().unwrap()).collect();
+    let mut slow_rounds = Vec::new();
+    for round in 0..ROUNDS {
+        let released = Mutex::new(None::<Instant>);
+        // Each keeps its permit until all are granted: a release of theirs
+        // would wake the next waiter and hide a lost wake-up.
+        let all_granted = Barrier::new(PERMITS as usize);
+        let delays = thread::scope(|s| {
+            let threads: Vec<_> = (0..PERMITS)
+                .map(|_| {
+                    let sem = waiters.semaphore("wakes", PERMITS);
+                    let (released, all_granted) = (&released, &all_granted);
+                    s.spawn(move || {
+                        let permit = sem.try_acquire_for(Duration::from_secs(20)).unwrap();
+                        let at = released.lock().unwrap().expect("granted after a release");
+                        let delay = at.elapsed();
+                        all_granted.wait();
+                        permit.release().unwrap();
+                        delay
+                    })
+                })
+                .collect();
+            assert!(common::eventually(Duration::from_secs(10), || {
+                common::subscribers_on(&cluster, channel) == cluster.len()
+            }));
+            *released.lock().unwrap() = Some(Instant::now());
+            for permit in held.drain(..) {
+                permit.release().unwrap();
+            }
+            let delays: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+            delays
+        });
+        if delays.iter().any(|d| *d > BOUND) {
+            slow_rounds.push((round, delays));
+        }
+        let wait = Duration::from_secs(20);
+        held = (0..PERMITS)
+            .map(|_| sem.try_acquire_for(wait).unwrap())
+            .collect();
+    }
+    assert!(
+        slow_rounds.len() <= 1,
+        "waiters granted later than {BOUND:?} after the releases: {slow_rounds:?}"
     );
 }

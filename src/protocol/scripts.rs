@@ -262,8 +262,9 @@ pub(crate) fn release_hold(
     )
 }
 
-/// A holder's release: compare-and-delete, then a native `PUBLISH` on each
-/// member's release channel to wake waiters; `commands` of them in all.
+/// A holder's release: compare-and-delete, then a native `PUBLISH` of
+/// `announcement` on each member's release channel to wake waiters;
+/// `commands` of them in all.
 /// The announcement goes out even where a key was already gone; a waiter
 /// woken for nothing tries once and waits again, which is cheaper than a
 /// `redis.call` inside the script on every release.
@@ -271,9 +272,11 @@ pub(crate) fn release_and_announce(
     target: &Target,
     value: &str,
     ttl: Duration,
+    announcement: &[u8],
     sharded: bool,
 ) -> (Arc<[u8]>, usize) {
-    announced(release_cmd(target, value, ttl, false), target, sharded)
+    let release = release_cmd(target, value, ttl, false);
+    announced(release, target, announcement, sharded)
 }
 
 /// The undo of a grant whose call was cancelled: a failed attempt's
@@ -283,20 +286,27 @@ pub(crate) fn undo_and_announce(
     target: &Target,
     value: &str,
     ttl: Duration,
+    announcement: &[u8],
     sharded: bool,
 ) -> (Arc<[u8]>, usize) {
-    announced(release_cmd(target, value, ttl, true), target, sharded)
+    let undo = release_cmd(target, value, ttl, true);
+    announced(undo, target, announcement, sharded)
 }
 
-/// `release` in one pipeline with an announcement on each member's
+/// `release` in one pipeline with `announcement` on each member's
 /// release channel; the number of commands.
-fn announced(release: redis::Cmd, target: &Target, sharded: bool) -> (Arc<[u8]>, usize) {
+fn announced(
+    release: redis::Cmd,
+    target: &Target,
+    announcement: &[u8],
+    sharded: bool,
+) -> (Arc<[u8]>, usize) {
     let mut pipe = redis::pipe();
     pipe.add_command(release);
     for member in &target.members {
         pipe.cmd(announce_command(sharded))
             .arg(&member.keys.channel)
-            .arg("1");
+            .arg(announcement);
     }
     (pipe.get_packed_pipeline().into(), 1 + target.members.len())
 }
