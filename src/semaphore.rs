@@ -21,10 +21,11 @@ use crate::guard::Permit;
 use crate::lock::acquire::{self, Failure, Grant, Lifetime};
 use crate::lock::shared::Shared;
 use crate::protocol::keys::{self, Keys, Target};
+use crate::protocol::majority::Quorum;
 use crate::protocol::scripts;
 use crate::transport::notify::Tag;
 use crate::transport::outgoing::Outgoing;
-use crate::transport::quorum::{error_reply, unexpected, Vote};
+use crate::transport::quorum::{error_reply, unexpected, Tally, Vote};
 use crate::{Error, LockOptions};
 
 /// Most permits one semaphore may have: every attempt lists every slot.
@@ -163,6 +164,61 @@ impl Semaphore {
     }
 }
 
+impl Semaphore {
+    /// Makes this handle's count the semaphore's count, on every instance
+    /// where no permit of the old or the new count is held: to change the
+    /// count, or to repair records split by callers that raced with
+    /// different counts on a new name. A record also expires by itself
+    /// once the semaphore went unused for the counter idle time
+    /// ([`RedlockBuilder::fence_idle_expiry`](crate::RedlockBuilder::fence_idle_expiry)).
+    ///
+    /// Safe at any time: a record changes only where no slot is held, so
+    /// a permit granted under the old count keeps resting on a quorum of
+    /// records of that count, and no caller of the new count is granted
+    /// beside it (`tests/model_semaphore.rs`). Callers that still use the
+    /// old count are refused ([`Error::InvalidOptions`]) once the new one
+    /// is recorded on a quorum. Fails with [`Error::Contended`] when
+    /// permits are held on too many instances for a quorum to take the
+    /// count: release them ([`force_release`](Self::force_release) for a
+    /// crashed holder's) and call it again; [`Error::Unavailable`] when
+    /// fewer than a quorum answered.
+    ///
+    /// ```no_run
+    /// # let locks = redfence::Redlock::new(["redis://127.0.0.1:7001"])?;
+    /// locks.semaphore("payments-api", 5).recount()?; // was 3
+    /// # Ok::<(), redfence::Error>(())
+    /// ```
+    pub fn recount(&self) -> Result<(), Error> {
+        let shared = self.client.shared();
+        let step = PermitStep::new(&shared.cfg.prefix, &self.name, self.permits)?;
+        let mut slots = self.permits;
+        loop {
+            let tally = step.recount_round(shared, slots);
+            let quorum = shared.instances.quorum();
+            if quorum.reached(tally.yes.len()) {
+                return Ok(());
+            }
+            let larger = tally.no.iter().filter_map(|(_, no)| match no {
+                NotRecounted::Larger(count) => Some(*count),
+                NotRecounted::Held(_) => None,
+            });
+            match larger.max().filter(|count| *count > slots) {
+                // Another count with more slots: look at them all.
+                Some(count) => slots = count.min(MAX_PERMITS),
+                None => return Err(step.not_recounted(&tally, quorum)),
+            }
+        }
+    }
+}
+
+/// Why an instance did not take a recount.
+enum NotRecounted {
+    /// Its record holds this count, with more slots than were listed.
+    Larger(u32),
+    /// This slot is held there.
+    Held(u32),
+}
+
 /// The attempts of one permit acquisition.
 struct PermitStep {
     prefix: String,
@@ -195,10 +251,35 @@ impl PermitStep {
         })
     }
 
-    /// The first round: the slots free on a quorum of instances, in a
-    /// random rotation so that callers spread over them.
+    /// The slot to try before any listing: one whose release woke this
+    /// call, else the first from a random one on that no permit of this
+    /// client holds (so that its calls spread over the slots, as the
+    /// calls of other clients do by chance). `None` when this client holds
+    /// every slot.
+    fn guess(&self, shared: &Shared) -> Option<u32> {
+        if let Some(slot) = self.released.first() {
+            return Some(*slot);
+        }
+        let start = (uuid::Uuid::new_v4().as_u128() % u128::from(self.permits)) as u32;
+        (0..self.permits)
+            .map(|i| (start + i) % self.permits)
+            .find(|slot| !shared.holds_permit(&self.name, *slot))
+    }
+
+    /// One slot, taken as a lock where the record holds this count.
+    fn take(&mut self, shared: &Shared, slot: u32, life: Lifetime) -> Result<Grant, Failure> {
+        let target = Target::counted_permit(&self.prefix, &self.name, slot, self.permits);
+        let grant = acquire::attempt(shared, &target, life)?;
+        self.taken = Some(slot);
+        Ok(grant)
+    }
+
+    /// The listing round: the slots free on a quorum of instances, those
+    /// a release named first, the others in a random rotation so that
+    /// callers spread over them.
     fn free_slots(&self, shared: &Shared) -> Result<Vec<u32>, Failure> {
-        let packed = scripts::semaphore_slots(&self.prefix, &self.name, self.permits);
+        let record_ttl = shared.cfg.fence_idle;
+        let packed = scripts::semaphore_slots(&self.prefix, &self.name, self.permits, record_ttl);
         let slot = Keys::permit(&self.prefix, &self.name, 0).slot;
         let deadline = shared.round_deadline();
         let tally = shared
@@ -238,13 +319,70 @@ impl PermitStep {
             .collect())
     }
 
+    /// [`take`](Self::take), with a refusal by a holder (no instance
+    /// granted) as `Ok(Err(holder))`: the caller tries another slot.
+    fn take_unless_held(
+        &mut self,
+        shared: &Shared,
+        slot: u32,
+        life: Lifetime,
+    ) -> Result<Result<Grant, Option<String>>, Failure> {
+        match self.take(shared, slot, life) {
+            Ok(grant) => Ok(Ok(grant)),
+            Err(Failure {
+                error: Error::Contended { holder, .. },
+                granted: 0,
+            }) => Ok(Err(holder)),
+            Err(failure) => Err(failure),
+        }
+    }
+
+    /// `lua/semaphore_recount.lua` on every instance, looking at the first
+    /// `slots` slots.
+    fn recount_round(&self, shared: &Shared, slots: u32) -> Tally<(), NotRecounted> {
+        let (prefix, name, idle) = (&self.prefix, &self.name, shared.cfg.fence_idle);
+        let packed = scripts::semaphore_recount(prefix, name, self.permits, slots, idle);
+        let slot = Keys::permit(prefix, name, 0).slot;
+        let deadline = shared.round_deadline();
+        shared
+            .instances
+            .round(
+                &Outgoing::to_slot(slot, (packed, 1)),
+                deadline,
+                classify_recount,
+            )
+            .wait(deadline)
+    }
+
+    /// Why a recount without a quorum failed.
+    fn not_recounted(&self, tally: &Tally<(), NotRecounted>, quorum: Quorum) -> Error {
+        let held = tally.no.iter().find_map(|(_, no)| match no {
+            NotRecounted::Held(slot) => Some(*slot),
+            NotRecounted::Larger(_) => None,
+        });
+        match held {
+            Some(slot) if !quorum.ruled_out(tally.failed.len()) => Error::Contended {
+                resource: format!("{}#{slot}", self.name),
+                attempts: 1,
+                holder: None,
+            },
+            _ => Error::unavailable(
+                &self.name,
+                quorum.size(),
+                tally.yes.len(),
+                tally.failed.clone(),
+            ),
+        }
+    }
+
     fn mismatch(&self, recorded: &str) -> Error {
         let record = keys::permits_record(&self.prefix, &self.name);
         Error::InvalidOptions {
             reason: format!(
                 "semaphore {:?} has {recorded} permits on the instances, this call asked for {}; \
-                 every caller must use one count (to change it, stop every holder and delete \
-                 {record} on every instance)",
+                 every caller must use one count (to change it, call Semaphore::recount or \
+                 `redfence unlock --permits N --recount`, or wait until {record} expires, \
+                 unused for the counter idle time)",
                 self.name, self.permits
             ),
         }
@@ -268,25 +406,33 @@ impl Step for PermitStep {
         vec![keys::semaphore_channel(&self.prefix, &self.name)]
     }
 
+    /// One round when a slot is free: the guessed slot at once. Refused
+    /// (held, or another count recorded), the listing round says which
+    /// slots are free, or why none may be taken, and they are tried in turn.
+    /// A refusal names the holder of the first slot refused.
     fn attempt(&mut self, shared: &Shared, life: Lifetime) -> Result<Grant, Failure> {
-        let step = self;
+        let guess = self.guess(shared);
         let mut holder = None;
-        for slot in step.free_slots(shared)? {
-            let target = Target::permit(&step.prefix, &step.name, slot);
-            match acquire::attempt(shared, &target, life) {
-                Ok(grant) => {
-                    step.taken = Some(slot);
-                    return Ok(grant);
-                }
-                // Taken since the first round: the next free slot.
+        if let Some(slot) = guess {
+            match self.take(shared, slot, life) {
+                Ok(grant) => return Ok(grant),
+                // Split too: some instances may record another count,
+                // which the listing round tells.
                 Err(Failure {
                     error: Error::Contended { holder: h, .. },
-                    granted: 0,
+                    ..
                 }) => holder = h,
                 Err(failure) => return Err(failure),
             }
         }
-        Err(step.contended(holder))
+        let listed = self.free_slots(shared)?;
+        for slot in listed.into_iter().filter(|slot| Some(*slot) != guess) {
+            match self.take_unless_held(shared, slot, life)? {
+                Ok(grant) => return Ok(grant),
+                Err(h) => holder = holder.or(h),
+            }
+        }
+        Err(self.contended(holder))
     }
 
     fn into_target(self) -> Target {
@@ -336,4 +482,34 @@ fn classify(values: &[Value]) -> Vote<Vec<u32>, String> {
         }
     }
     unexpected("semaphore slots", values)
+}
+
+/// `{1}` took the count; `{0, recorded}` a larger count is recorded;
+/// `{2, slot}` that slot is held.
+fn classify_recount(values: &[Value]) -> Vote<(), NotRecounted> {
+    if let Some(vote) = error_reply(values) {
+        return vote;
+    }
+    if let [Value::Array(items)] = values {
+        let number = |v: &Value| match v {
+            Value::Int(n) => u32::try_from(*n).ok(),
+            Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+            _ => None,
+        };
+        match items.as_slice() {
+            [Value::Int(1)] => return Vote::Yes(()),
+            [Value::Int(0), recorded] => {
+                if let Some(count) = number(recorded) {
+                    return Vote::No(NotRecounted::Larger(count));
+                }
+            }
+            [Value::Int(2), slot] => {
+                if let Some(slot) = number(slot) {
+                    return Vote::No(NotRecounted::Held(slot));
+                }
+            }
+            _ => {}
+        }
+    }
+    unexpected("semaphore recount", values)
 }
