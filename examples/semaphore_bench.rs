@@ -93,6 +93,9 @@ struct HandOver {
     utilisation: f64,
     max_wait: Duration,
     p50_wait: Duration,
+    /// Calls that failed (a loaded machine's timeouts): reported, not
+    /// counted as held.
+    errors: usize,
 }
 
 fn hand_over(locks: &Redlock, kind: Kind, holds: usize, round: usize) -> HandOver {
@@ -116,16 +119,16 @@ fn hand_over(locks: &Redlock, kind: Kind, holds: usize, round: usize) -> HandOve
         }
     });
     let run = start.elapsed();
-    assert_eq!(errors.into_inner(), 0, "{}: calls failed", kind.label());
     let mut waits = waits.into_inner().expect("no panics");
     waits.sort();
     let held = HOLD * waits.len() as u32;
     HandOver {
         run,
-        ideal: held / kind.permits(),
+        ideal: HOLD * (threads * holds) as u32 / kind.permits(),
         utilisation: held.as_secs_f64() / (run.as_secs_f64() * f64::from(kind.permits())),
         max_wait: waits.last().copied().unwrap_or_default(),
         p50_wait: waits.get(waits.len() / 2).copied().unwrap_or_default(),
+        errors: errors.into_inner(),
     }
 }
 
@@ -184,21 +187,22 @@ fn main() {
     println!("{} instances of {server}\n", cluster.len());
 
     println!("### Hand-over: 3 threads per permit, {holds} holds of {HOLD:?} each, one client (median of {repeats})\n");
-    println!("| | run | ideal | utilisation | max wait | p50 wait |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("| | run | ideal | utilisation | max wait | p50 wait | errors |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for kind in [Kind::Lock, Kind::Permits(1), Kind::Permits(4)] {
         let runs = (0..repeats)
             .map(|r| hand_over(&locks, kind, holds, r))
             .collect::<Vec<_>>();
         let m = |f: fn(&HandOver) -> f64| median(runs.iter().map(f).collect(), |x| *x);
         println!(
-            "| {} | {:.2} s | {:.2} s | {:.0} % | {:.0} ms | {:.0} ms |",
+            "| {} | {:.2} s | {:.2} s | {:.0} % | {:.0} ms | {:.0} ms | {} |",
             kind.label(),
             m(|h| h.run.as_secs_f64()),
             runs[0].ideal.as_secs_f64(),
             100.0 * m(|h| h.utilisation),
             1e3 * m(|h| h.max_wait.as_secs_f64()),
             1e3 * m(|h| h.p50_wait.as_secs_f64()),
+            runs.iter().map(|h| h.errors).sum::<usize>(),
         );
     }
 

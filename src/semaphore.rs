@@ -251,19 +251,17 @@ impl PermitStep {
         })
     }
 
-    /// The slot to try before any listing: one whose release woke this
-    /// call, else the first from a random one on that no permit of this
-    /// client holds (so that its calls spread over the slots, as the
-    /// calls of other clients do by chance). `None` when this client holds
-    /// every slot.
+    /// The slot to try before any listing, claimed for this call (given
+    /// back after the attempt: a permit then holds it): one whose release
+    /// woke this call, else the first from a random one on that no permit
+    /// or call of this client holds, so that its calls spread over the
+    /// slots, as the calls of other clients do by chance. `None` when this
+    /// client holds or takes every slot.
     fn guess(&self, shared: &Shared) -> Option<u32> {
-        if let Some(slot) = self.released.first() {
-            return Some(*slot);
-        }
         let start = (uuid::Uuid::new_v4().as_u128() % u128::from(self.permits)) as u32;
-        (0..self.permits)
-            .map(|i| (start + i) % self.permits)
-            .find(|slot| !shared.holds_permit(&self.name, *slot))
+        let rotation = (0..self.permits).map(|i| (start + i) % self.permits);
+        let released = self.released.iter().copied();
+        shared.claim_slot(&self.name, released.chain(rotation))
     }
 
     /// One slot, taken as a lock where the record holds this count.
@@ -414,7 +412,9 @@ impl Step for PermitStep {
         let guess = self.guess(shared);
         let mut holder = None;
         if let Some(slot) = guess {
-            match self.take(shared, slot, life) {
+            let taken = self.take(shared, slot, life);
+            shared.permit_gone(&self.name, slot);
+            match taken {
                 Ok(grant) => return Ok(grant),
                 // Split too: some instances may record another count,
                 // which the listing round tells.

@@ -19,8 +19,9 @@ pub(crate) struct Shared {
     pub instances: Instances,
     /// The first connections of a new client, which its first calls wait for.
     pub warmup: Arc<Warmup>,
-    /// The slots this client's permits hold, per semaphore: a permit call
-    /// guesses a slot outside them and takes it in one round.
+    /// The slots this client's permits hold, or its calls are taking, per
+    /// semaphore (a slot once per permit or call): a permit call guesses a
+    /// slot outside them and takes it in one round.
     pub permits_held: Mutex<HashMap<String, Vec<u32>>>,
 }
 
@@ -53,11 +54,18 @@ impl Shared {
         }
     }
 
-    /// Whether a permit of this client holds `slot` of `semaphore`.
-    pub fn holds_permit(&self, semaphore: &str, slot: u32) -> bool {
-        let held = self.permits_held.lock();
-        held.get(semaphore)
-            .is_some_and(|slots| slots.contains(&slot))
+    /// Claims for a call the first of `slots` that no permit or call of
+    /// this client holds, if any; [`permit_gone`](Self::permit_gone) gives
+    /// it back.
+    pub fn claim_slot(&self, semaphore: &str, mut slots: impl Iterator<Item = u32>) -> Option<u32> {
+        let mut held = self.permits_held.lock();
+        let taken = held.entry(semaphore.to_string()).or_default();
+        let slot = slots.find(|slot| !taken.contains(slot));
+        taken.extend(slot);
+        if taken.is_empty() {
+            held.remove(semaphore);
+        }
+        slot
     }
 
     /// Deadline of one round of requests started now.
