@@ -2,14 +2,15 @@
 //! once, each on its own numbered slot, each slot a lock of its own with
 //! its own fencing tokens.
 //!
-//! An acquisition attempt is two rounds. The first
-//! (`lua/semaphore_slots.lua`) checks the permit count recorded for the
-//! semaphore on each instance and lists the slots free there; the second
-//! takes one slot free on a quorum, exactly as a lock is taken
-//! (`lua/acquire.lua` on the slot's keys), trying the next free slot if
-//! that one was taken meanwhile. Everything a lock guarantees holds per
-//! slot, because a slot is a lock; `tests/model_semaphore.rs` checks how
-//! the slots and the count compose.
+//! An acquisition attempt is one round when a slot is free: the client
+//! guesses a slot (one a release woke it for, else one none of its own
+//! permits or calls holds) and takes it as a lock is taken, where the
+//! instance records the caller's count (`lua/permit_acquire.lua`, which
+//! runs `lua/acquire.lua` on the slot's keys). Refused, a listing round
+//! (`lua/semaphore_slots.lua`) says which slots are free on a quorum, or
+//! which other count is recorded, and the free slots are tried in turn.
+//! Everything a lock guarantees holds per slot, because a slot is a lock;
+//! `tests/model_semaphore.rs` checks how the slots and the count compose.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,10 +37,11 @@ impl Redlock {
     /// at most that many holders at once, across every client. Cheap; it
     /// checks nothing until used (a bad name or count fails each call).
     ///
-    /// Every caller must name a semaphore with the same count: the first
-    /// use records it on the instances, and a call with another count fails
-    /// with [`Error::InvalidOptions`]. To change it, stop every holder and
-    /// delete the key `<prefix>permits:{name}` on every instance.
+    /// Every caller must name a semaphore with the same count: each grant
+    /// records it on the instances, and a call with another count fails
+    /// with [`Error::InvalidOptions`]. The record expires once the
+    /// semaphore went unused for the counter idle time; to change the
+    /// count meanwhile, [`Semaphore::recount`].
     ///
     /// ```no_run
     /// # let locks = redfence::Redlock::new(["redis://127.0.0.1:7001"])?;

@@ -52,6 +52,10 @@ pub(crate) const UNTAGGED: &[u8] = b"1";
 /// a call for nothing, which tries once and waits again.
 const TAGS_KEPT: usize = 64;
 
+/// The tags delivered lately on one channel, each with the call it went
+/// to, newest last.
+type Delivered = VecDeque<(Box<[u8]>, u64)>;
+
 /// Wake-ups queued on one call at most: a call busy with one release may
 /// be handed more while every other call is busy too.
 const WAKE_QUEUE: usize = 16;
@@ -81,7 +85,7 @@ struct Registry {
     channels: Mutex<HashMap<String, Vec<Waiter>>>,
     /// The tags delivered lately per channel and the call each went to,
     /// newest last (locked after `channels`, never alone).
-    delivered: Mutex<HashMap<String, VecDeque<(Box<[u8]>, u64)>>>,
+    delivered: Mutex<HashMap<String, Delivered>>,
     next_id: AtomicU64,
     /// Bumped on every change of `channels`, so subscribers only look at
     /// the registry when something changed.
