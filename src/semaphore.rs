@@ -115,7 +115,7 @@ impl Semaphore {
     /// permit is taken, the call waits for a release of any of them.
     pub fn acquire_with(&self, options: LockOptions) -> Result<Permit, Error> {
         let shared = self.client.shared();
-        let step = PermitStep::new(&shared.cfg.prefix, &self.name, self.permits);
+        let step = PermitStep::new(shared, &self.name, self.permits);
         let lease = self.client.acquire_by(&self.name, step, options)?;
         // Set by `Target::permit`, the only target a permit step makes.
         let slot = lease.target.permit_slot.unwrap_or_default();
@@ -153,7 +153,7 @@ impl Semaphore {
     /// ```
     pub fn force_release(&self) -> Result<Vec<(u32, crate::Holder)>, Error> {
         let shared = self.client.shared();
-        let step = PermitStep::new(&shared.cfg.prefix, &self.name, self.permits)?;
+        let step = PermitStep::new(shared, &self.name, self.permits)?;
         let mut revoked = Vec::new();
         for slot in 0..self.permits {
             let target = Target::permit(&step.prefix, &step.name, slot);
@@ -192,7 +192,7 @@ impl Semaphore {
     /// ```
     pub fn recount(&self) -> Result<(), Error> {
         let shared = self.client.shared();
-        let step = PermitStep::new(&shared.cfg.prefix, &self.name, self.permits)?;
+        let step = PermitStep::new(shared, &self.name, self.permits)?;
         let mut slots = self.permits;
         loop {
             let tally = step.recount_round(shared, slots);
@@ -226,6 +226,8 @@ struct PermitStep {
     prefix: String,
     name: String,
     permits: u32,
+    /// The counter idle time, which the count record lives unused.
+    idle: Duration,
     /// The slot the last successful attempt took.
     taken: Option<u32>,
     /// The slots whose release woke this call: the next attempt tries
@@ -235,7 +237,7 @@ struct PermitStep {
 }
 
 impl PermitStep {
-    fn new(prefix: &str, name: &str, permits: u32) -> Result<Self, Error> {
+    fn new(shared: &Shared, name: &str, permits: u32) -> Result<Self, Error> {
         keys::validate_resource(name)?;
         if permits == 0 || permits > MAX_PERMITS {
             return Err(Error::InvalidOptions {
@@ -245,12 +247,19 @@ impl PermitStep {
             });
         }
         Ok(PermitStep {
-            prefix: prefix.to_string(),
+            prefix: shared.cfg.prefix.clone(),
             name: name.to_string(),
             permits,
+            idle: shared.cfg.fence_idle,
             taken: None,
             released: Vec::new(),
         })
+    }
+
+    /// Slot `slot`, as this step's acquires and its permit's lease name
+    /// it: with the count its acquires check and its extensions keep.
+    fn target(&self, slot: u32) -> Target {
+        Target::counted_permit(&self.prefix, &self.name, slot, self.permits, self.idle)
     }
 
     /// The slot to try before any listing, claimed for this call (given
@@ -268,7 +277,7 @@ impl PermitStep {
 
     /// One slot, taken as a lock where the record holds this count.
     fn take(&mut self, shared: &Shared, slot: u32, life: Lifetime) -> Result<Grant, Failure> {
-        let target = Target::counted_permit(&self.prefix, &self.name, slot, self.permits);
+        let target = self.target(slot);
         let grant = acquire::attempt(shared, &target, life)?;
         self.taken = Some(slot);
         Ok(grant)
@@ -438,7 +447,7 @@ impl Step for PermitStep {
     }
 
     fn into_target(self) -> Target {
-        Target::permit(&self.prefix, &self.name, self.taken.unwrap_or(0))
+        self.target(self.taken.unwrap_or(0))
     }
 
     fn woken_by(&mut self, tags: &[Tag]) {

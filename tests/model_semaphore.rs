@@ -28,8 +28,9 @@
 //!   the lock if it holds the value) to every instance. A holder releases
 //!   the same way when it is done.
 //! * **Expiry and recount**: a record may vanish on an instance where no
-//!   slot is held: its idle expiry is longer than any lock's life and is
-//!   renewed by every grant, and a recount (`lua/semaphore_recount.lua`)
+//!   slot is held: its idle expiry is longer than any lock's life, renewed
+//!   by every grant and every extension of a permit
+//!   (`lua/permit_extend.lua`), and a recount (`lua/semaphore_recount.lua`)
 //!   changes it only there. A recount writes the new count where this
 //!   writes none; a record of no count lets every count's request through,
 //!   so the vanishing record stands for the recount too, late, repeated or
@@ -123,8 +124,8 @@
 //! Not modelled: what `lua/acquire.lua` adds to a slot's lock (void keys,
 //! tokens), extensions, clocks (a lock's expiry ends its client's
 //! validity at once, what the drift allowance makes so; the record's idle
-//! expiry outlasting every lock it was renewed for, which the builder's
-//! check that the counter idle time exceeds the TTL makes so), a client
+//! expiry outlasting every lock it was counted for, which its renewal to at
+//! least the TTL by each grant and extension makes so), a client
 //! making more than one attempt (another client is a new value just the
 //! same), and a reply lost while its request applied, the client hearing a
 //! second copy's instead: an acquire's second reply is the first one's

@@ -425,3 +425,36 @@ fn a_recount_repairs_split_records_and_waits_for_holders() {
     let permit = locks.semaphore("split", 2).try_acquire().unwrap();
     assert!(permit.slot() < 2);
 }
+
+/// A permit held longer than the counter idle time keeps its count
+/// record: each extension moves the record's expiry as far as the lock's,
+/// so a caller with another count stays refused while the permit lives.
+#[test]
+fn a_permit_held_past_the_idle_time_keeps_its_count() {
+    let cluster = RedisServers::start(3);
+    let locks = common::builder(&cluster)
+        .fence_idle_expiry(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let extended = LockOptions::new().ttl(Duration::from_millis(900));
+    let permit = locks.semaphore("long", 2).acquire_with(extended).unwrap();
+    let until = Instant::now() + Duration::from_millis(2500);
+    while Instant::now() < until {
+        permit.ensure_held().unwrap();
+        let records = cluster
+            .iter()
+            .filter(|s| !s.keys("redfence:permits:{long}").is_empty())
+            .count();
+        assert_eq!(
+            records,
+            cluster.len(),
+            "the record expired under a held permit"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert!(matches!(
+        locks.semaphore("long", 3).try_acquire(),
+        Err(Error::InvalidOptions { .. })
+    ));
+    permit.release().unwrap();
+}

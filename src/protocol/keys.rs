@@ -166,6 +166,8 @@ pub(crate) struct Target {
 pub(crate) struct PermitCount {
     pub record: String,
     pub permits: u32,
+    /// How long the record lives unused: the counter idle time.
+    pub idle: std::time::Duration,
 }
 
 impl Target {
@@ -198,12 +200,20 @@ impl Target {
     }
 
     /// Slot `slot` of semaphore `name` of `permits` permits, taken only
-    /// where the record holds that count (`lua/permit_acquire.lua`).
-    pub fn counted_permit(prefix: &str, name: &str, slot: u32, permits: u32) -> Self {
+    /// where the record holds that count (`lua/permit_acquire.lua`), the
+    /// record kept alive `idle` past the grant and every extension.
+    pub fn counted_permit(
+        prefix: &str,
+        name: &str,
+        slot: u32,
+        permits: u32,
+        idle: std::time::Duration,
+    ) -> Self {
         Target {
             count: Some(PermitCount {
                 record: permits_record(prefix, name),
                 permits,
+                idle,
             }),
             ..Target::permit(prefix, name, slot)
         }

@@ -220,7 +220,8 @@ pub(crate) fn extend(target: &Target, value: &str, ttl: Duration) -> Option<Arc<
     let [member] = target.members.as_slice() else {
         return None;
     };
-    if member.keys.rw.is_some() {
+    // A permit's extension keeps its count record alive too: its script.
+    if member.keys.rw.is_some() || target.count.is_some() {
         return None;
     }
     let packed = redis::cmd("SET")

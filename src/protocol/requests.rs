@@ -176,6 +176,7 @@ pub(crate) const REQUEST_KINDS: &[RequestKind] = &[
     SEMAPHORE_SLOTS,
     PERMIT_ACQUIRE,
     SEMAPHORE_RECOUNT,
+    PERMIT_EXTEND,
     RW_ACQUIRE,
     RW_RELEASE,
     RW_EXTEND,
@@ -487,6 +488,28 @@ const PERMIT_ACQUIRE: RequestKind = script(
              as a function the script calls after its count check (src/protocol/scripts.rs), \
              so model_fencing and model_lease judge them as they judge acquire.lua; \
              model_semaphore judges the count check and the record a grant writes",
+        ),
+    }),
+);
+
+const PERMIT_EXTEND: RequestKind = script(
+    "permit_extend.lua",
+    Effect::Writes(Writes {
+        changes: &[Lock, Permits],
+        judged: &[
+            checked_by(
+                "model_lease",
+                &["LeaseAction::Round", "LeaseAction::Land"],
+                LEASE,
+            ),
+            checked_by("model_semaphore", &["SemAction::Recount"], SEMAPHORE),
+        ],
+        unjudged: &[(Tokens, NO_COUNTER), (CleanUp, CREATES_NONE)],
+        caveat: Some(
+            "the slot's lock is extended by lua/extend.lua itself, wrapped as a function \
+             (src/protocol/scripts.rs), as model_lease judges it; the record's expiry only \
+             moves later, where the lock still holds the value, which keeps model_semaphore's \
+             rule that a record vanishes (Recount) only where no slot is held",
         ),
     }),
 );

@@ -37,6 +37,14 @@ const PERMIT_ACQUIRE_SOURCE: &str = concat!(
     include_str!("../../lua/permit_acquire.lua"),
 );
 const SEMAPHORE_RECOUNT_SOURCE: &str = include_str!("../../lua/semaphore_recount.lua");
+/// `lua/permit_extend.lua` after `lua/extend.lua`, wrapped as the function
+/// it calls.
+const PERMIT_EXTEND_SOURCE: &str = concat!(
+    "local function extend()\n",
+    include_str!("../../lua/extend.lua"),
+    "\nend\n",
+    include_str!("../../lua/permit_extend.lua"),
+);
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
@@ -54,11 +62,12 @@ static RW_WITHDRAW: LazyLock<Script> = LazyLock::new(|| Script::new(RW_WITHDRAW_
 static RW_HOLDERS: LazyLock<Script> = LazyLock::new(|| Script::new(RW_HOLDERS_SOURCE));
 static RW_FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_FORCE_RELEASE_SOURCE));
 static PERMIT_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(PERMIT_ACQUIRE_SOURCE));
+static PERMIT_EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(PERMIT_EXTEND_SOURCE));
 static SEMAPHORE_RECOUNT: LazyLock<Script> =
     LazyLock::new(|| Script::new(SEMAPHORE_RECOUNT_SOURCE));
 
 /// Sources of every script a worker connection preloads.
-pub(crate) const ALL_SOURCES: [&str; 17] = [
+pub(crate) const ALL_SOURCES: [&str; 18] = [
     TERM_SOURCE,
     ACQUIRE_SOURCE,
     RELEASE_SOURCE,
@@ -76,6 +85,7 @@ pub(crate) const ALL_SOURCES: [&str; 17] = [
     RW_FORCE_RELEASE_SOURCE,
     PERMIT_ACQUIRE_SOURCE,
     SEMAPHORE_RECOUNT_SOURCE,
+    PERMIT_EXTEND_SOURCE,
 ];
 
 /// How far ahead of an instance's clock the acquire script accepts the
@@ -406,6 +416,16 @@ fn announced(
 /// `ttl` from now, never earlier, where it still holds `value`.
 pub(crate) fn extend(target: &Target, value: &str, ttl: Duration) -> Arc<[u8]> {
     let ttl_ms = ttl.as_millis().to_string();
+    if let Some(count) = &target.count {
+        // The record outlives the lock it was counted for.
+        let record_ms = count.idle.max(ttl).as_millis().to_string();
+        let keys = [target.members[0].keys.lock.as_str(), count.record.as_str()];
+        return packed(
+            &PERMIT_EXTEND,
+            &keys,
+            &[value.as_bytes(), ttl_ms.as_bytes(), record_ms.as_bytes()],
+        );
+    }
     if let Some(rw) = target.rw_keys() {
         let writer = &target.members[0].keys.lock;
         return packed(
