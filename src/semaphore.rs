@@ -421,7 +421,8 @@ impl Step for PermitStep {
     /// A refusal names the holder of the first slot refused.
     fn attempt(&mut self, shared: &Shared, life: Lifetime) -> Result<Grant, Failure> {
         let guess = self.guess(shared);
-        let mut holder = None;
+        // No slot to guess: this client's own permits and calls hold them.
+        let mut holder = guess.is_none().then(|| shared.cfg.identity.clone());
         if let Some(slot) = guess {
             let taken = self.take(shared, slot, life);
             shared.permit_gone(&self.name, slot);
@@ -432,7 +433,7 @@ impl Step for PermitStep {
                 Err(Failure {
                     error: Error::Contended { holder: h, .. },
                     ..
-                }) => holder = h,
+                }) => holder = h.or(holder),
                 Err(failure) => return Err(failure),
             }
         }
