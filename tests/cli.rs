@@ -1893,6 +1893,19 @@ fn unlock_permits_recount_changes_the_count() {
         stdout(&out)
     );
     drop(permit);
+    // Three permits of a larger count, all held: revoking the slot below
+    // the new count leaves two held, and the count cannot change.
+    for _ in 0..3 {
+        std::mem::forget(crashed.semaphore("wide", 3).acquire_with(long).unwrap());
+    }
+    let args = ["unlock", "--permits", "1", "--recount", "wide"];
+    let out = output(redfence(&cluster).args(args));
+    assert_eq!(code(out.status), 75, "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("wide: released slot 0"),
+        "{}",
+        stdout(&out)
+    );
     let out = output(redfence(&cluster).args(["unlock", "--recount", "pool"]));
     assert_eq!(
         code(out.status),

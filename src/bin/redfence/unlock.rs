@@ -9,7 +9,7 @@ use redfence::Holder;
 
 use crate::cli::{Common, UnlockArgs};
 use crate::client;
-use crate::exit::{Failure, USAGE};
+use crate::exit::{Failure, CONFLICT, USAGE};
 
 pub fn unlock(common: &Common, args: &UnlockArgs) -> Result<u8, Failure> {
     if args.resource.is_empty() {
@@ -20,7 +20,9 @@ pub fn unlock(common: &Common, args: &UnlockArgs) -> Result<u8, Failure> {
     let name = &args.resource;
     report(name, revoke(&locks, args).map_err(failed)?);
     if let (Some(permits), true) = (args.permits, args.recount) {
-        locks.semaphore(name, permits).recount().map_err(failed)?;
+        // Permits still held where the count must change: a conflict.
+        let held = |e: redfence::Error| Failure::from_lock_error(&e, CONFLICT, USAGE);
+        locks.semaphore(name, permits).recount().map_err(held)?;
         let plural = if permits == 1 { "" } else { "s" };
         out!("{name}: {permits} permit{plural} recorded");
     }
