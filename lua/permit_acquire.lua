@@ -23,7 +23,13 @@ if recorded and recorded ~= count then
   return {0}
 end
 local reply = acquire()
+-- A grant's lock lives ARGV[2] ms: the record must live at least as long.
+-- Renewed when missing or past half its life, so that most grants write
+-- nothing more than the lock (the record is a key every grant shares).
 if reply[1] == 1 then
-  redis.call('SET', record, count, 'PX', record_ttl)
+  local left = recorded and redis.call('PTTL', record) or -2
+  if left < tonumber(ARGV[2]) or left < tonumber(record_ttl) / 2 then
+    redis.call('SET', record, count, 'PX', record_ttl)
+  end
 end
 return reply
