@@ -6,7 +6,8 @@
 -- arguments, then the caller's permit count, then how long the record
 -- lives in ms (the counter idle time, at least the keys' life).
 -- Returns what `lua/acquire.lua` returns; {0}, writing nothing, when the
--- record holds another count.
+-- record holds another count. A grant leaves the record holding the
+-- caller's count, living at least as long as the lock.
 --
 -- A grant rests on a quorum of instances whose record holds the caller's
 -- count, and two quorums share an instance: two callers of different

@@ -110,8 +110,8 @@
 //!
 //! | run | what varies | how |
 //! |---|---|---|
-//! | two clients | counts 1 or 2, listed or guessed, every request landing late, twice or never, locks expiring, records expiring | exhaustive, 1.8 million states, 14 s |
-//! | three clients, quiet | the same, requests landing late or never (once at most), no lock expiry | exhaustive, 2.6 million states, 29 s |
+//! | two clients | counts 1 or 2, listed or guessed, every request landing late, twice or never, locks expiring, records expiring | exhaustive, 1.8 million states, 7–14 s |
+//! | three clients, quiet | the same, requests landing late or never (once at most), no lock expiry | exhaustive, 2.6 million states, 14–29 s |
 //! | three clients with lock expiry (`#[ignore]`) | the same, locks expiring | outgrows the search bound (20 million states generated, 3 million unique, in 12 s) since the guess route and record expiry were added: not exhaustive, fails on the bound |
 //!
 //! States are counted with the instances and the clients taken as
