@@ -272,7 +272,7 @@ m quorum-minus-one src/protocol/majority.rs "lock waiting lease" \
 m release-not-announced src/protocol/scripts.rs "lock waiting lease" \
   'pipe.cmd(announce_command(sharded))
             .arg(&member.keys.channel)
-            .arg("1");' \
+            .arg(announcement);' \
   'pipe.cmd("ECHO").arg(&member.keys.channel);'
 
 m failed-attempt-not-released src/lock/acquire.rs "lock waiting lease" \

@@ -16,7 +16,7 @@ use crate::protocol::clock::{self, Reading};
 use crate::protocol::keys::Target;
 use crate::telemetry;
 use crate::transport::instance::{Request, Sink};
-use crate::transport::notify::Notifier;
+use crate::transport::notify::{Notifier, Tag};
 use crate::{Error, LockOptions};
 
 /// A Redlock client over N independent Redis masters.
@@ -59,6 +59,14 @@ pub(crate) trait Step {
     fn attempt(&mut self, shared: &Shared, life: Lifetime) -> Result<Grant, acquire::Failure>;
     /// What the last successful attempt took.
     fn into_target(self) -> Target;
+    /// Before an attempt: the releases announced with a tag (a permit's,
+    /// `slot:token`) that this call was woken for.
+    fn woken_by(&mut self, _tags: &[Tag]) {}
+    /// After a grant: whether it took what `tag`'s release freed (one
+    /// not taken is handed to another waiter).
+    fn took(&self, _tag: &[u8]) -> bool {
+        false
+    }
 }
 
 impl Step for Target {
@@ -285,7 +293,7 @@ impl Redlock {
                 return Err(cancelled(step.name()));
             }
             *attempts += 1;
-            waiting.before_attempt();
+            step.woken_by(waiting.before_attempt());
             let attempt_start = Instant::now();
             let result = step.attempt(shared, life);
             telemetry::attempt_finished(
@@ -298,7 +306,7 @@ impl Redlock {
             );
             let failure = match result {
                 Ok(grant) => {
-                    let cancelled = waiting.granted();
+                    let cancelled = waiting.granted(|tag| step.took(tag));
                     return self.take_grant(cancelled, step.into_target(), grant, &options);
                 }
                 Err(failure) => failure,

@@ -289,6 +289,7 @@ impl Permit {
         slot: u32,
     ) -> Self {
         telemetry::permit_created(semaphore);
+        shared.permit_taken(semaphore, slot);
         Permit {
             held: Held::new(shared, lease, client),
             slot,
@@ -319,6 +320,7 @@ impl Permit {
 impl Drop for Permit {
     fn drop(&mut self) {
         telemetry::permit_dropped(&self.semaphore);
+        self.held.shared.permit_gone(&self.semaphore, self.slot);
     }
 }
 

@@ -2014,6 +2014,71 @@ fn zero_permits_or_a_hold_on_a_semaphore_give_64() {
     assert!(!scratch.exists("ran"));
 }
 
+/// `redfence unlock --permits N --recount` revokes a crashed holder's
+/// permits and makes N the count, which callers of the old count are then
+/// refused and callers of N use; `status` says "1 permit", not "1 permits".
+#[test]
+fn unlock_permits_recount_changes_the_count() {
+    let cluster = RedisServers::start(3);
+    let crashed = builder(&cluster).identity("stuck:8").build().unwrap();
+    let long = redfence::LockOptions::new()
+        .ttl(Duration::from_secs(120))
+        .auto_extend(false);
+    std::mem::forget(crashed.semaphore("pool", 2).acquire_with(long).unwrap());
+    let args = ["unlock", "--permits", "2", "--recount", "pool"];
+    let out = output(redfence(&cluster).args(args));
+    assert_eq!(code(out.status), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("(held by stuck:8)"), "{text}");
+    assert!(
+        text.trim_end().ends_with("pool: 2 permits recorded"),
+        "{text}"
+    );
+    let out = output(redfence(&cluster).args(["unlock", "--permits", "1", "--recount", "pool"]));
+    assert_eq!(code(out.status), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("pool: 1 permit recorded"),
+        "{}",
+        stdout(&out)
+    );
+    let locks = client(&cluster);
+    assert!(matches!(
+        locks.semaphore("pool", 2).try_acquire(),
+        Err(redfence::Error::InvalidOptions { .. })
+    ));
+    let permit = locks
+        .semaphore("pool", 1)
+        .try_acquire()
+        .expect("the new count");
+    let out = output(redfence(&cluster).args(["status", "pool"]));
+    assert!(
+        stdout(&out).contains("1 permit on 3 of 3 instances"),
+        "{}",
+        stdout(&out)
+    );
+    drop(permit);
+    // Three permits of a larger count, all held: revoking the slot below
+    // the new count leaves two held, and the count cannot change.
+    for _ in 0..3 {
+        std::mem::forget(crashed.semaphore("wide", 3).acquire_with(long).unwrap());
+    }
+    let args = ["unlock", "--permits", "1", "--recount", "wide"];
+    let out = output(redfence(&cluster).args(args));
+    assert_eq!(code(out.status), 75, "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("wide: released slot 0"),
+        "{}",
+        stdout(&out)
+    );
+    let out = output(redfence(&cluster).args(["unlock", "--recount", "pool"]));
+    assert_eq!(
+        code(out.status),
+        64,
+        "--recount needs --permits: {}",
+        stderr(&out)
+    );
+}
+
 /// `status` of a semaphore: its permits record, and on each instance each
 /// slot's holder (its identity, never the secret), TTL and counter; in
 /// `--json`, a `semaphore` section beside the lock's unchanged fields. A

@@ -7,7 +7,7 @@ mod common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -238,4 +238,223 @@ fn force_release_frees_the_permits_of_a_crashed_holder() {
         operator.force_release().unwrap().len() == 1,
         "only the new one"
     );
+}
+
+/// Releases of several permits close together each wake a waiter of the
+/// client that waits for them, as a lock's release does: the four waiters
+/// of one client are granted soon after four permits are released, not at
+/// their fallback re-check (250 ms after their last attempt). Each round
+/// is judged against a bound far above a hand-over's cost and below the
+/// re-check; one slow round in five is forgiven (a loaded machine). With
+/// the wake-ups lost, three waiters a round wait for their re-check.
+#[test]
+fn every_release_of_a_permit_wakes_a_waiter() {
+    const PERMITS: u32 = 4;
+    const ROUNDS: usize = 5;
+    const BOUND: Duration = Duration::from_millis(120);
+    let cluster = RedisServers::start(3);
+    let (holder, waiters) = (client(&cluster), client(&cluster));
+    common::warm(&holder);
+    common::warm(&waiters);
+    let channel = "redfence:released:{wakes}:permits";
+    let sem = holder.semaphore("wakes", PERMITS);
+    let mut held: Vec<_> = (0..PERMITS).map(|_| sem.acquire().unwrap()).collect();
+    let mut slow_rounds = Vec::new();
+    for round in 0..ROUNDS {
+        let released = Mutex::new(None::<Instant>);
+        // Each keeps its permit until all are granted: a release of theirs
+        // would wake the next waiter and hide a lost wake-up.
+        let all_granted = Barrier::new(PERMITS as usize);
+        let delays = thread::scope(|s| {
+            let threads: Vec<_> = (0..PERMITS)
+                .map(|_| {
+                    let sem = waiters.semaphore("wakes", PERMITS);
+                    let (released, all_granted) = (&released, &all_granted);
+                    s.spawn(move || {
+                        let permit = sem.try_acquire_for(Duration::from_secs(20)).unwrap();
+                        let at = released.lock().unwrap().expect("granted after a release");
+                        let delay = at.elapsed();
+                        all_granted.wait();
+                        permit.release().unwrap();
+                        delay
+                    })
+                })
+                .collect();
+            assert!(common::eventually(Duration::from_secs(10), || {
+                common::subscribers_on(&cluster, channel) == cluster.len()
+            }));
+            *released.lock().unwrap() = Some(Instant::now());
+            for permit in held.drain(..) {
+                permit.release().unwrap();
+            }
+            let delays: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+            delays
+        });
+        if delays.iter().any(|d| *d > BOUND) {
+            slow_rounds.push((round, delays));
+        }
+        let wait = Duration::from_secs(20);
+        held = (0..PERMITS)
+            .map(|_| sem.try_acquire_for(wait).unwrap())
+            .collect();
+    }
+    assert!(
+        slow_rounds.len() <= 1,
+        "waiters granted later than {BOUND:?} after the releases: {slow_rounds:?}"
+    );
+}
+
+/// How many times each instance ran `command`, scripts' calls included.
+fn calls(cluster: &RedisServers, command: &str) -> Vec<u64> {
+    let count = |s: &redfence::testing::RedisServer| s.commandstats().get(command).copied();
+    cluster.iter().map(|s| count(s).unwrap_or(0)).collect()
+}
+
+/// A free permit costs one round, as a lock does: each instance runs one
+/// script for it, the acquire that checks the count, and no listing of
+/// free slots. Counted by `EXISTS`: the acquire calls it once (its void
+/// key), a listing once per slot (here eight), a raise round of the
+/// counters never. A guess refused (the slot held elsewhere) falls back to
+/// the listing round and still gets the free slot, and a full semaphore
+/// names a holder.
+#[test]
+fn a_free_permit_takes_one_round() {
+    let cluster = RedisServers::start(3);
+    let (a, b) = (client(&cluster), client(&cluster));
+    common::warm(&a);
+    common::warm(&b);
+    let sem = a.semaphore("rounds", 8);
+    let before = calls(&cluster, "exists");
+    let mine: Vec<_> = (0..4).map(|_| sem.try_acquire().unwrap()).collect();
+    let ran = || -> Vec<u64> {
+        let after = calls(&cluster, "exists");
+        after.iter().zip(&before).map(|(a, b)| a - b).collect()
+    };
+    // A quorum answered; the third instance's acquires may still be on
+    // their way.
+    common::eventually(Duration::from_secs(5), || ran().iter().all(|n| *n >= 4));
+    assert_eq!(ran(), [4, 4, 4], "one acquire per permit, no listing");
+    let mut slots: Vec<u32> = mine.iter().map(|p| p.slot()).collect();
+    slots.sort();
+    slots.dedup();
+    assert_eq!(slots.len(), 4, "a client does not guess its own slots");
+    // Another client knows nothing of them: its guesses may be refused,
+    // and the listing round finds what is free.
+    let others: Vec<_> = (0..4)
+        .map(|_| b.semaphore("rounds", 8).try_acquire().unwrap())
+        .collect();
+    let mut slots: Vec<u32> = mine.iter().chain(&others).map(|p| p.slot()).collect();
+    slots.sort();
+    assert_eq!(slots, [0, 1, 2, 3, 4, 5, 6, 7]);
+    match b.semaphore("rounds", 8).try_acquire() {
+        Err(Error::Contended { holder, .. }) => {
+            assert!(holder.is_some(), "a full semaphore names a holder")
+        }
+        other => panic!("a ninth permit of eight: {other:?}"),
+    }
+}
+
+/// The count record expires once the semaphore went unused for the
+/// counter idle time, and then a caller with another count may use it.
+#[test]
+fn the_count_record_expires_when_idle() {
+    let cluster = RedisServers::start(3);
+    let locks = common::builder(&cluster)
+        .fence_idle_expiry(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let short = LockOptions::new().ttl(Duration::from_millis(500));
+    locks
+        .semaphore("idle", 2)
+        .acquire_with(short)
+        .unwrap()
+        .release()
+        .unwrap();
+    for server in cluster.iter() {
+        let pttl = server.cmd(&["PTTL", "redfence:permits:{idle}"]).unwrap();
+        assert!(
+            matches!(pttl, redis::Value::Int(ms) if ms > 0 && ms <= 1000),
+            "{pttl:?}"
+        );
+    }
+    assert!(matches!(
+        locks.semaphore("idle", 3).try_acquire(),
+        Err(Error::InvalidOptions { .. })
+    ));
+    assert!(common::eventually(Duration::from_secs(10), || {
+        cluster
+            .iter()
+            .all(|s| s.keys("redfence:permits:*").is_empty())
+    }));
+    let permit = locks.semaphore("idle", 3).try_acquire().unwrap();
+    permit.release().unwrap();
+}
+
+/// Records split by callers that raced with different counts (every call
+/// fails) are repaired by a recount; a recount is refused while a permit
+/// is held, and takes once it is released.
+#[test]
+fn a_recount_repairs_split_records_and_waits_for_holders() {
+    let cluster = RedisServers::start(3);
+    let locks = client(&cluster);
+    for (server, count) in cluster.iter().zip(["2", "3", "4"]) {
+        server
+            .cmd(&["SET", "redfence:permits:{split}", count])
+            .unwrap();
+    }
+    for permits in [2, 3, 4] {
+        assert!(matches!(
+            locks.semaphore("split", permits).try_acquire(),
+            Err(Error::InvalidOptions { .. })
+        ));
+    }
+    locks.semaphore("split", 3).recount().unwrap();
+    let held = locks.semaphore("split", 3).try_acquire().unwrap();
+    assert!(matches!(
+        locks.semaphore("split", 2).try_acquire(),
+        Err(Error::InvalidOptions { .. })
+    ));
+    match locks.semaphore("split", 2).recount() {
+        Err(Error::Contended { resource, .. }) => {
+            assert_eq!(resource, format!("split#{}", held.slot()))
+        }
+        other => panic!("a recount beside a held permit: {other:?}"),
+    }
+    held.release().unwrap();
+    locks.semaphore("split", 2).recount().unwrap();
+    let permit = locks.semaphore("split", 2).try_acquire().unwrap();
+    assert!(permit.slot() < 2);
+}
+
+/// A permit held longer than the counter idle time keeps its count
+/// record: each extension moves the record's expiry as far as the lock's,
+/// so a caller with another count stays refused while the permit lives.
+#[test]
+fn a_permit_held_past_the_idle_time_keeps_its_count() {
+    let cluster = RedisServers::start(3);
+    let locks = common::builder(&cluster)
+        .fence_idle_expiry(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let extended = LockOptions::new().ttl(Duration::from_millis(900));
+    let permit = locks.semaphore("long", 2).acquire_with(extended).unwrap();
+    let until = Instant::now() + Duration::from_millis(2500);
+    while Instant::now() < until {
+        permit.ensure_held().unwrap();
+        let records = cluster
+            .iter()
+            .filter(|s| !s.keys("redfence:permits:{long}").is_empty())
+            .count();
+        assert_eq!(
+            records,
+            cluster.len(),
+            "the record expired under a held permit"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert!(matches!(
+        locks.semaphore("long", 3).try_acquire(),
+        Err(Error::InvalidOptions { .. })
+    ));
+    permit.release().unwrap();
 }

@@ -203,6 +203,14 @@ impl Worker<'_> {
         for (slot, outcome) in slots {
             self.record_unlock(slot_resource(slot), UnlockRole::Permit, times, outcome);
         }
+        // The operator's other tool on a semaphore: a recount to the same
+        // count, under the same faults. It changes the record only where
+        // no slot is held, and to the count every caller uses, so nothing
+        // the checker judges moves; its errors are counted with the rest
+        // (anything but refused or unavailable shows as `other_errors`).
+        if let Err(e) = semaphore.recount() {
+            self.ctx.history.count_error(&e);
+        }
     }
 
     /// `RwLock::force_release`: a record per writer and reader it revoked;

@@ -17,6 +17,7 @@ use crate::protocol::native;
 use crate::protocol::scripts;
 use crate::telemetry;
 use crate::transport::instance::Sink;
+use crate::transport::notify::UNTAGGED;
 use crate::transport::outgoing::Outgoing;
 use crate::transport::quorum::{yes_no, Round, Vote};
 use crate::{Error, FencingToken, LockOptions, LossReason};
@@ -281,11 +282,14 @@ pub(crate) fn send_release(
     let ttl = st.ttl.max(lease.keys_ttl);
     let pack_for = |target: &Target, sharded: bool| match hold {
         Some(rest) => (scripts::release_hold(target, &lease.value, ttl, rest), 1),
-        None => scripts::release_and_announce(target, &lease.value, ttl, sharded),
+        None => {
+            let announcement = announcement(lease);
+            scripts::release_and_announce(target, &lease.value, ttl, &announcement, sharded)
+        }
     };
     let native = hold
         .is_none()
-        .then(|| native::release(&lease.target, &lease.value, ttl))
+        .then(|| native::release(&lease.target, &lease.value, ttl, &announcement(lease)))
         .flatten();
     let part = |t: &Target| pack_for(t, true);
     let on_cluster = || pack_for(&lease.target, true);
@@ -334,7 +338,7 @@ pub(crate) fn undo(shared: &Shared, lease: &Lease) {
     let ttl = st.ttl.max(lease.keys_ttl);
     drop(st);
     let pack = |target: &Target, sharded: bool| {
-        scripts::undo_and_announce(target, &lease.value, ttl, sharded)
+        scripts::undo_and_announce(target, &lease.value, ttl, &announcement(lease), sharded)
     };
     let part = |t: &Target| pack(t, true);
     let on_cluster = || pack(&lease.target, true);
@@ -343,6 +347,17 @@ pub(crate) fn undo(shared: &Shared, lease: &Lease) {
     // The keys live at most this long (`Lifetime`): no use after.
     let until = Instant::now() + lease.keys_ttl.saturating_sub(lease.acquired_at.elapsed());
     shared.instances.deliver(&out, until, None, |_| true);
+}
+
+/// What a release of `lease` announces: a permit's `slot:token`, which no
+/// other release of its semaphore announces, so that releases of several
+/// slots wake as many waiters (`transport/notify`); a lock's `1`, since
+/// one release frees one lock.
+fn announcement(lease: &Lease) -> Vec<u8> {
+    match (lease.target.permit_slot, lease.tokens.first()) {
+        (Some(slot), Some(token)) => format!("{slot}:{token}").into_bytes(),
+        _ => UNTAGGED.to_vec(),
+    }
 }
 
 /// Releases and reports whether a quorum confirmed it.

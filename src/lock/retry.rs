@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 
 use crate::lock::shared::Shared;
-use crate::transport::notify::{Notifier, Watch};
+use crate::transport::notify::{Notifier, Tag, Watch};
 use crate::{Cancel, Error};
 
 /// Longest wait for a release notification before trying again anyway: a
@@ -24,6 +24,8 @@ pub(crate) struct Waiting<'a> {
     watch: Option<Watch<'a>>,
     /// The last wait ended with a release announced for this call.
     woken: bool,
+    /// The permits' releases this call was handed for its next attempt.
+    tags: Vec<Tag>,
     /// The end of the wait budget.
     deadline: Instant,
     /// The longest attempt of this call so far: what the next one may take.
@@ -46,6 +48,7 @@ impl<'a> Waiting<'a> {
             channels,
             watch: None,
             woken: false,
+            tags: Vec::new(),
             deadline,
             slowest_attempt: None,
             cancel,
@@ -90,19 +93,26 @@ impl<'a> Waiting<'a> {
     }
 
     /// Before an attempt: a release announced since the last wait is seen
-    /// by this attempt, and passed on after it if it cannot use it.
-    pub fn before_attempt(&mut self) {
+    /// by this attempt, and passed on after it if it cannot use it. Returns
+    /// the permits' releases handed to this call, for the attempt to try
+    /// their slots first.
+    pub fn before_attempt(&mut self) -> &[Tag] {
         if let Some(watch) = &self.watch {
             self.woken |= watch.clear();
+            self.tags = watch.take_tags();
         }
+        &self.tags
     }
 
     /// After a grant: late copies of the release that woke us (one per
-    /// instance) must not be passed on as a new release. Returns whether
+    /// instance) must not be passed on as a new release, but another
+    /// permit's release is (`Watch::granted`). Returns whether
     /// the call was cancelled meanwhile.
-    pub fn granted(self) -> bool {
+    pub fn granted(mut self, used: impl Fn(&[u8]) -> bool) -> bool {
         if let Some(watch) = &self.watch {
-            let _ = watch.clear();
+            let mut unused = std::mem::take(&mut self.tags);
+            unused.retain(|tag| !used(tag));
+            watch.granted(unused);
         }
         self.cancelled()
     }

@@ -157,6 +157,17 @@ pub(crate) struct Target {
     pub members: Vec<Member>,
     /// The slot, for a semaphore's permit.
     pub permit_slot: Option<u32>,
+    /// The count an acquire of a permit checks, and where it is recorded.
+    pub count: Option<PermitCount>,
+}
+
+/// A semaphore's permit count and its record's key.
+#[derive(Debug, Clone)]
+pub(crate) struct PermitCount {
+    pub record: String,
+    pub permits: u32,
+    /// How long the record lives unused: the counter idle time.
+    pub idle: std::time::Duration,
 }
 
 impl Target {
@@ -169,6 +180,7 @@ impl Target {
                 keys: Keys::new(prefix, resource),
             }],
             permit_slot: None,
+            count: None,
         })
     }
 
@@ -183,6 +195,27 @@ impl Target {
                 keys: Keys::permit(prefix, name, slot),
             }],
             permit_slot: Some(slot),
+            count: None,
+        }
+    }
+
+    /// Slot `slot` of semaphore `name` of `permits` permits, taken only
+    /// where the record holds that count (`lua/permit_acquire.lua`), the
+    /// record kept alive `idle` past the grant and every extension.
+    pub fn counted_permit(
+        prefix: &str,
+        name: &str,
+        slot: u32,
+        permits: u32,
+        idle: std::time::Duration,
+    ) -> Self {
+        Target {
+            count: Some(PermitCount {
+                record: permits_record(prefix, name),
+                permits,
+                idle,
+            }),
+            ..Target::permit(prefix, name, slot)
         }
     }
 
@@ -201,6 +234,7 @@ impl Target {
                 keys: Keys::rw(prefix, name, write, wait_until),
             }],
             permit_slot: None,
+            count: None,
         })
     }
 
@@ -244,6 +278,7 @@ impl Target {
             name: format!("[{}]", resources.join(", ")),
             members,
             permit_slot: None,
+            count: None,
         })
     }
 
@@ -277,6 +312,7 @@ impl Target {
                         name: self.name.clone(),
                         members: vec![member.clone()],
                         permit_slot: self.permit_slot,
+                        count: self.count.clone(),
                     },
                 )),
             }

@@ -173,7 +173,12 @@ fn unknown(details: Option<&str>) -> bool {
 
 /// The native form of a holder's release, for a single resource (`None`
 /// for a set). `ttl` is how long the void key stays, as in the Lua form.
-pub(crate) fn release(target: &Target, value: &str, ttl: Duration) -> Option<Arc<Form>> {
+pub(crate) fn release(
+    target: &Target,
+    value: &str,
+    ttl: Duration,
+    announcement: &[u8],
+) -> Option<Arc<Form>> {
     let [member] = target.members.as_slice() else {
         return None;
     };
@@ -187,7 +192,7 @@ pub(crate) fn release(target: &Target, value: &str, ttl: Duration) -> Option<Arc
         bytes.extend(
             redis::cmd("PUBLISH")
                 .arg(&keys.channel)
-                .arg("1")
+                .arg(announcement)
                 .get_packed_command(),
         );
         bytes.into()
@@ -215,7 +220,8 @@ pub(crate) fn extend(target: &Target, value: &str, ttl: Duration) -> Option<Arc<
     let [member] = target.members.as_slice() else {
         return None;
     };
-    if member.keys.rw.is_some() {
+    // A permit's extension keeps its count record alive too: its script.
+    if member.keys.rw.is_some() || target.count.is_some() {
         return None;
     }
     let packed = redis::cmd("SET")
@@ -293,7 +299,7 @@ mod tests {
     #[test]
     fn a_release_that_found_the_key_not_ours_writes_the_void_key_after() {
         let target = Target::one("p:", "r").expect("a valid name");
-        let form = release(&target, "v", Duration::from_secs(1)).expect("one resource");
+        let form = release(&target, "v", Duration::from_secs(1), b"1").expect("one resource");
         assert!(form.follow_up(&[Value::Int(1), Value::Int(0)]).is_none());
         let void = form
             .follow_up(&[Value::Int(0), Value::Int(0)])
@@ -307,7 +313,7 @@ mod tests {
         let picked = form.pick(delex_only).expect("DELEX");
         assert!(String::from_utf8_lossy(picked).contains("DELEX"));
         let sets = Target::all("p:", &["a", "b"]).expect("valid names");
-        assert!(release(&sets, "v", Duration::from_secs(1)).is_none());
+        assert!(release(&sets, "v", Duration::from_secs(1), b"1").is_none());
         assert!(extend(&sets, "v", Duration::from_secs(1)).is_none());
     }
 

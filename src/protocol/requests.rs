@@ -177,6 +177,9 @@ pub(crate) const REQUEST_KINDS: &[RequestKind] = &[
     script("holder.lua", Effect::ReadOnly),
     TERM_RECORD,
     SEMAPHORE_SLOTS,
+    PERMIT_ACQUIRE,
+    SEMAPHORE_RECOUNT,
+    PERMIT_EXTEND,
     RW_ACQUIRE,
     RW_RELEASE,
     RW_EXTEND,
@@ -487,13 +490,95 @@ const SEMAPHORE_SLOTS: RequestKind = script(
         unjudged: &[
             (Tokens, NO_COUNTER),
             (Holds, NO_LOCK),
-            (
-                CleanUp,
-                "the record is kept for good on purpose: it is the semaphore's count \
-                 (docs/semaphores.md)",
-            ),
+            (CleanUp, RECORD_EXPIRES),
         ],
         caveat: None,
+    }),
+);
+
+const RECORD_EXPIRES: &str = "the record expires once unused for the counter idle time \
+    (renewed by each listing and grant, never shorter than a grant's keys)";
+
+const PERMIT_ACQUIRE: RequestKind = script(
+    "permit_acquire.lua",
+    Effect::Writes(Writes {
+        changes: &[Lock, Fence, Permits],
+        judged: &[
+            checked_by(
+                "model_semaphore",
+                &[
+                    "SemAction::Start",
+                    "SemAction::Choose",
+                    "SemAction::LandAcquire",
+                ],
+                SEMAPHORE,
+            ),
+            checked_by(
+                "model_fencing",
+                &["Action::Start", "Action::LandAcquire"],
+                FENCING,
+            ),
+            checked_by(
+                "model_lease",
+                &["CleanAction::LandAcquire", "CleanAction::DropAcquire"],
+                CLEANUP,
+            ),
+        ],
+        unjudged: &[(
+            Holds,
+            "SET … NX writes only a free key, and a resend that finds its own value changes \
+             nothing: it never touches a key a hold rests on",
+        )],
+        caveat: Some(
+            "the slot's lock and counter are written by lua/acquire.lua itself, wrapped \
+             as a function the script calls after its count check (src/protocol/scripts.rs), \
+             so model_fencing and model_lease judge them as they judge acquire.lua; \
+             model_semaphore judges the count check and the record a grant writes",
+        ),
+    }),
+);
+
+const PERMIT_EXTEND: RequestKind = script(
+    "permit_extend.lua",
+    Effect::Writes(Writes {
+        changes: &[Lock, Permits],
+        judged: &[
+            checked_by(
+                "model_lease",
+                &["LeaseAction::Round", "LeaseAction::Land"],
+                LEASE,
+            ),
+            checked_by("model_semaphore", &["SemAction::Recount"], SEMAPHORE),
+        ],
+        unjudged: &[(Tokens, NO_COUNTER), (CleanUp, CREATES_NONE)],
+        caveat: Some(
+            "the slot's lock is extended by lua/extend.lua itself, wrapped as a function \
+             (src/protocol/scripts.rs), as model_lease judges it; the record's expiry only \
+             moves later, where the lock still holds the value, which keeps model_semaphore's \
+             rule that a record vanishes (Recount) only where no slot is held",
+        ),
+    }),
+);
+
+const SEMAPHORE_RECOUNT: RequestKind = script(
+    "semaphore_recount.lua",
+    Effect::Writes(Writes {
+        changes: &[Permits],
+        judged: &[checked_by(
+            "model_semaphore",
+            &["SemAction::Recount"],
+            SEMAPHORE,
+        )],
+        unjudged: &[
+            (Tokens, NO_COUNTER),
+            (Holds, NO_LOCK),
+            (CleanUp, RECORD_EXPIRES),
+        ],
+        caveat: Some(
+            "modelled as the record vanishing where no slot is held: a recount writes a \
+             count where that writes none, and no record lets every count through where a \
+             recount's lets one",
+        ),
     }),
 );
 

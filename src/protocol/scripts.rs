@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use redis::Script;
 
-use crate::protocol::keys::{Keys, RwKeys, Target};
+use crate::protocol::keys::{Keys, PermitCount, RwKeys, Target};
 
 const ACQUIRE_SOURCE: &str = include_str!("../../lua/acquire.lua");
 const RELEASE_SOURCE: &str = include_str!("../../lua/release.lua");
@@ -27,6 +27,24 @@ const FORCE_RELEASE_SOURCE: &str = include_str!("../../lua/force_release.lua");
 const RW_WITHDRAW_SOURCE: &str = include_str!("../../lua/rw_withdraw.lua");
 const RW_HOLDERS_SOURCE: &str = include_str!("../../lua/rw_holders.lua");
 const RW_FORCE_RELEASE_SOURCE: &str = include_str!("../../lua/rw_force_release.lua");
+/// `lua/permit_acquire.lua` after `lua/acquire.lua`, wrapped as the
+/// function it calls: one script, so the count check and the slot's
+/// acquire run at once, and the acquire's rules stay in one file.
+const PERMIT_ACQUIRE_SOURCE: &str = concat!(
+    "local function acquire()\n",
+    include_str!("../../lua/acquire.lua"),
+    "\nend\n",
+    include_str!("../../lua/permit_acquire.lua"),
+);
+const SEMAPHORE_RECOUNT_SOURCE: &str = include_str!("../../lua/semaphore_recount.lua");
+/// `lua/permit_extend.lua` after `lua/extend.lua`, wrapped as the function
+/// it calls.
+const PERMIT_EXTEND_SOURCE: &str = concat!(
+    "local function extend()\n",
+    include_str!("../../lua/extend.lua"),
+    "\nend\n",
+    include_str!("../../lua/permit_extend.lua"),
+);
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
@@ -43,9 +61,13 @@ static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(FORCE_RELE
 static RW_WITHDRAW: LazyLock<Script> = LazyLock::new(|| Script::new(RW_WITHDRAW_SOURCE));
 static RW_HOLDERS: LazyLock<Script> = LazyLock::new(|| Script::new(RW_HOLDERS_SOURCE));
 static RW_FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_FORCE_RELEASE_SOURCE));
+static PERMIT_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(PERMIT_ACQUIRE_SOURCE));
+static PERMIT_EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(PERMIT_EXTEND_SOURCE));
+static SEMAPHORE_RECOUNT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(SEMAPHORE_RECOUNT_SOURCE));
 
 /// Sources of every script a worker connection preloads.
-pub(crate) const ALL_SOURCES: [&str; 15] = [
+pub(crate) const ALL_SOURCES: [&str; 18] = [
     TERM_SOURCE,
     ACQUIRE_SOURCE,
     RELEASE_SOURCE,
@@ -61,6 +83,9 @@ pub(crate) const ALL_SOURCES: [&str; 15] = [
     RW_WITHDRAW_SOURCE,
     RW_HOLDERS_SOURCE,
     RW_FORCE_RELEASE_SOURCE,
+    PERMIT_ACQUIRE_SOURCE,
+    SEMAPHORE_RECOUNT_SOURCE,
+    PERMIT_EXTEND_SOURCE,
 ];
 
 /// How far ahead of an instance's clock the acquire script accepts the
@@ -108,16 +133,49 @@ fn eval(script: &Script, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
 
 /// A semaphore's count check and free-slot list: its permits record, then
 /// the lock key of each of its `permits` slots.
-pub(crate) fn semaphore_slots(prefix: &str, name: &str, permits: u32) -> Arc<[u8]> {
+pub(crate) fn semaphore_slots(
+    prefix: &str,
+    name: &str,
+    permits: u32,
+    record_ttl: Duration,
+) -> Arc<[u8]> {
+    let keys = record_and_slots(prefix, name, permits);
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let ttl_ms = record_ttl.as_millis().max(1).to_string();
+    let count = permits.to_string();
+    packed(
+        &SEMAPHORE_SLOTS,
+        &keys,
+        &[count.as_bytes(), ttl_ms.as_bytes()],
+    )
+}
+
+/// `lua/semaphore_recount.lua`: the record of semaphore `name` set to
+/// `permits` where none of the first `slots` slots is held.
+pub(crate) fn semaphore_recount(
+    prefix: &str,
+    name: &str,
+    permits: u32,
+    slots: u32,
+    record_ttl: Duration,
+) -> Arc<[u8]> {
+    let keys = record_and_slots(prefix, name, slots);
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let ttl_ms = record_ttl.as_millis().max(1).to_string();
+    let count = permits.to_string();
+    packed(
+        &SEMAPHORE_RECOUNT,
+        &keys,
+        &[count.as_bytes(), ttl_ms.as_bytes()],
+    )
+}
+
+/// A semaphore's permits record, then the lock key of each of its first
+/// `slots` slots.
+fn record_and_slots(prefix: &str, name: &str, slots: u32) -> Vec<String> {
     let record = crate::protocol::keys::permits_record(prefix, name);
-    let locks: Vec<String> = (0..permits)
-        .map(|slot| Keys::permit(prefix, name, slot).lock)
-        .collect();
-    let keys: Vec<&str> = [record.as_str()]
-        .into_iter()
-        .chain(locks.iter().map(String::as_str))
-        .collect();
-    packed(&SEMAPHORE_SLOTS, &keys, &[permits.to_string().as_bytes()])
+    let locks = (0..slots).map(|slot| Keys::permit(prefix, name, slot).lock);
+    std::iter::once(record).chain(locks).collect()
 }
 
 /// The acquire script of a lease: lock and fence keys in pairs, then the
@@ -131,6 +189,9 @@ pub(crate) fn acquire(
 ) -> Arc<[u8]> {
     if let Some(rw) = target.rw_keys() {
         return rw_acquire(target, rw, value, ttl, idle, proposal);
+    }
+    if let Some(count) = &target.count {
+        return permit_acquire(target, count, value, ttl, idle, proposal);
     }
     let void = target.void_key(value);
     let keys: Vec<&str> = target
@@ -152,6 +213,46 @@ pub(crate) fn acquire(
             ttl_ms.as_bytes(),
             idle_ms.as_bytes(),
             proposal.as_bytes(),
+        ],
+    )
+}
+
+/// `lua/permit_acquire.lua`: a semaphore's slot taken as a lock is, where
+/// the record holds the caller's count. The record lives the counter idle
+/// time, and never less than the slot's keys.
+fn permit_acquire(
+    target: &Target,
+    count: &PermitCount,
+    value: &str,
+    ttl: Duration,
+    idle: Duration,
+    proposal: u64,
+) -> Arc<[u8]> {
+    let keys = &target.members[0].keys;
+    let void = target.void_key(value);
+    let lock_keys = [keys.lock.as_str(), keys.fence.as_str(), void.as_str()];
+    let record_ttl = idle.max(ttl);
+    let (ttl_ms, idle_ms, proposal, permits, record_ms) = (
+        ttl.as_millis().to_string(),
+        idle.as_millis().to_string(),
+        proposal.to_string(),
+        count.permits.to_string(),
+        record_ttl.as_millis().to_string(),
+    );
+    let all_keys: Vec<&str> = lock_keys
+        .into_iter()
+        .chain([count.record.as_str()])
+        .collect();
+    packed(
+        &PERMIT_ACQUIRE,
+        &all_keys,
+        &[
+            value.as_bytes(),
+            ttl_ms.as_bytes(),
+            idle_ms.as_bytes(),
+            proposal.as_bytes(),
+            permits.as_bytes(),
+            record_ms.as_bytes(),
         ],
     )
 }
@@ -262,8 +363,9 @@ pub(crate) fn release_hold(
     )
 }
 
-/// A holder's release: compare-and-delete, then a native `PUBLISH` on each
-/// member's release channel to wake waiters; `commands` of them in all.
+/// A holder's release: compare-and-delete, then a native `PUBLISH` of
+/// `announcement` on each member's release channel to wake waiters;
+/// `commands` of them in all.
 /// The announcement goes out even where a key was already gone; a waiter
 /// woken for nothing tries once and waits again, which is cheaper than a
 /// `redis.call` inside the script on every release.
@@ -271,9 +373,11 @@ pub(crate) fn release_and_announce(
     target: &Target,
     value: &str,
     ttl: Duration,
+    announcement: &[u8],
     sharded: bool,
 ) -> (Arc<[u8]>, usize) {
-    announced(release_cmd(target, value, ttl, false), target, sharded)
+    let release = release_cmd(target, value, ttl, false);
+    announced(release, target, announcement, sharded)
 }
 
 /// The undo of a grant whose call was cancelled: a failed attempt's
@@ -283,20 +387,27 @@ pub(crate) fn undo_and_announce(
     target: &Target,
     value: &str,
     ttl: Duration,
+    announcement: &[u8],
     sharded: bool,
 ) -> (Arc<[u8]>, usize) {
-    announced(release_cmd(target, value, ttl, true), target, sharded)
+    let undo = release_cmd(target, value, ttl, true);
+    announced(undo, target, announcement, sharded)
 }
 
-/// `release` in one pipeline with an announcement on each member's
+/// `release` in one pipeline with `announcement` on each member's
 /// release channel; the number of commands.
-fn announced(release: redis::Cmd, target: &Target, sharded: bool) -> (Arc<[u8]>, usize) {
+fn announced(
+    release: redis::Cmd,
+    target: &Target,
+    announcement: &[u8],
+    sharded: bool,
+) -> (Arc<[u8]>, usize) {
     let mut pipe = redis::pipe();
     pipe.add_command(release);
     for member in &target.members {
         pipe.cmd(announce_command(sharded))
             .arg(&member.keys.channel)
-            .arg("1");
+            .arg(announcement);
     }
     (pipe.get_packed_pipeline().into(), 1 + target.members.len())
 }
@@ -305,6 +416,16 @@ fn announced(release: redis::Cmd, target: &Target, sharded: bool) -> (Arc<[u8]>,
 /// `ttl` from now, never earlier, where it still holds `value`.
 pub(crate) fn extend(target: &Target, value: &str, ttl: Duration) -> Arc<[u8]> {
     let ttl_ms = ttl.as_millis().to_string();
+    if let Some(count) = &target.count {
+        // The record outlives the lock it was counted for.
+        let record_ms = count.idle.max(ttl).as_millis().to_string();
+        let keys = [target.members[0].keys.lock.as_str(), count.record.as_str()];
+        return packed(
+            &PERMIT_EXTEND,
+            &keys,
+            &[value.as_bytes(), ttl_ms.as_bytes(), record_ms.as_bytes()],
+        );
+    }
     if let Some(rw) = target.rw_keys() {
         let writer = &target.members[0].keys.lock;
         return packed(

@@ -257,6 +257,12 @@ pub struct UnlockArgs {
     #[arg(long, conflicts_with = "permits")]
     pub rw: bool,
 
+    /// With --permits N: then make N the semaphore's count, on every
+    /// instance where no slot is held (a changed count, or records split
+    /// by callers that raced with different counts).
+    #[arg(long, requires = "permits")]
+    pub recount: bool,
+
     /// The resource whose holder to revoke (the semaphore with --permits,
     /// the reader-writer lock with --rw).
     pub resource: String,

@@ -347,7 +347,8 @@ impl SemaphoreSummary {
                 } else {
                     String::new()
                 };
-                format!("{permits} permits on {on}{of} instances")
+                let plural = if *permits == 1 { "" } else { "s" };
+                format!("{permits} permit{plural} on {on}{of} instances")
             })
             .collect();
         let held = match self.held.as_slice() {

@@ -2,13 +2,14 @@
 //! semaphore's with `--permits`, an rw lock's writer and readers with
 //! `--rw`), deleting the values it read on a quorum and nothing else (after
 //! a crashed holder with a long TTL, or a hold that must end early). The
-//! fence counters stay, so tokens keep increasing.
+//! fence counters stay, so tokens keep increasing. `--permits N --recount`
+//! then makes N the semaphore's count.
 
 use redfence::Holder;
 
 use crate::cli::{Common, UnlockArgs};
 use crate::client;
-use crate::exit::{Failure, USAGE};
+use crate::exit::{Failure, CONFLICT, USAGE};
 
 pub fn unlock(common: &Common, args: &UnlockArgs) -> Result<u8, Failure> {
     if args.resource.is_empty() {
@@ -17,17 +18,31 @@ pub fn unlock(common: &Common, args: &UnlockArgs) -> Result<u8, Failure> {
     let locks = client::Target::from_options(common)?.client(common)?;
     let failed = |e: redfence::Error| Failure::from_lock_error(&e, USAGE, USAGE);
     let name = &args.resource;
+    report(name, revoke(&locks, args).map_err(failed)?);
+    if let (Some(permits), true) = (args.permits, args.recount) {
+        // Permits still held where the count must change: a conflict.
+        let held = |e: redfence::Error| Failure::from_lock_error(&e, CONFLICT, USAGE);
+        locks.semaphore(name, permits).recount().map_err(held)?;
+        let plural = if permits == 1 { "" } else { "s" };
+        out!("{name}: {permits} permit{plural} recorded");
+    }
+    Ok(0)
+}
+
+/// Revokes what `args` names: each revoked part with its holder.
+fn revoke(
+    locks: &redfence::Redlock,
+    args: &UnlockArgs,
+) -> Result<Vec<(String, Holder)>, redfence::Error> {
+    let name = &args.resource;
     let revoked: Vec<(String, Holder)> = if let Some(permits) = args.permits {
-        let slots = locks
-            .semaphore(name, permits)
-            .force_release()
-            .map_err(failed)?;
+        let slots = locks.semaphore(name, permits).force_release()?;
         slots
             .into_iter()
             .map(|(slot, h)| (format!("slot {slot}"), h))
             .collect()
     } else if args.rw {
-        let held = locks.rw_lock(name).force_release().map_err(failed)?;
+        let held = locks.rw_lock(name).force_release()?;
         let writer = held.writer.map(|h| ("the writer".to_string(), h));
         let readers = held
             .readers
@@ -35,9 +50,14 @@ pub fn unlock(common: &Common, args: &UnlockArgs) -> Result<u8, Failure> {
             .map(|h| ("a reader".to_string(), h));
         writer.into_iter().chain(readers).collect()
     } else {
-        let held = locks.force_release(name).map_err(failed)?;
+        let held = locks.force_release(name)?;
         held.map(|h| (String::new(), h)).into_iter().collect()
     };
+    Ok(revoked)
+}
+
+/// Prints what was revoked.
+fn report(name: &str, revoked: Vec<(String, Holder)>) {
     if revoked.is_empty() {
         out!("{name}: nothing to release (no holder on a quorum)");
     }
@@ -51,5 +71,4 @@ pub fn unlock(common: &Common, args: &UnlockArgs) -> Result<u8, Failure> {
             what => out!("{name}: released {what} (held by {by})"),
         }
     }
-    Ok(0)
 }

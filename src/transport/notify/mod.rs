@@ -8,6 +8,14 @@
 //! and acknowledge, and the first message for the channel wakes the waiter.
 //! Subscriber threads hold no connection while nobody waits.
 //!
+//! A lock's release announces `1`: one release frees one lock, so it wakes
+//! the longest-waiting call only, which takes turns with the others. A
+//! permit's release announces a tag of its own (`slot:token`), since the
+//! releases of several slots free several permits: each new tag wakes a
+//! call that is not already busy with an earlier one, and the copies of a
+//! tag (one per instance) wake that same call again (see
+//! [`Registry::wake`]).
+//!
 //! A Redis Cluster position announces with sharded pub/sub instead
 //! (`SPUBLISH` on the shard that owns the resource's slot, where a classic
 //! `PUBLISH` would be sent to every node): its subscriber thread keeps a
@@ -18,8 +26,8 @@ mod sharded;
 
 pub(crate) use sharded::Shards;
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -34,10 +42,38 @@ const POLL: Duration = Duration::from_millis(2);
 /// Pause before reconnecting to an instance that failed.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
 
+/// The announcement of a release that frees one lock (every lock's): it
+/// carries no tag.
+pub(crate) const UNTAGGED: &[u8] = b"1";
+
+/// Tags remembered per channel, to know a copy from another instance and
+/// the call the tag went to: a copy is delivered within a release's round,
+/// a few distinct releases later at most; one that comes later still wakes
+/// a call for nothing, which tries once and waits again.
+const TAGS_KEPT: usize = 64;
+
+/// The tags delivered lately on one channel, each with the call it went
+/// to, newest last.
+type Delivered = VecDeque<(Box<[u8]>, u64)>;
+
+/// Wake-ups queued on one call at most: a call busy with one release may
+/// be handed more while every other call is busy too.
+const WAKE_QUEUE: usize = 16;
+
+/// A permit's release announcement (`slot:token`).
+pub(crate) type Tag = Arc<[u8]>;
+
+/// A wake-up: a tagged release seen for the first time (a permit freed,
+/// distinct from every other), or `None` for a lock's release or a copy.
+type Wake = Option<Tag>;
+
 struct Waiter {
     id: u64,
-    wake: Sender<()>,
+    wake: Sender<Wake>,
     subscribed: Sender<()>,
+    /// Handed a tagged release it has not finished with (its attempt, or
+    /// its grant): the next tag goes to another call.
+    busy: Arc<AtomicBool>,
     /// An observer (an election's `observe()`) is woken by every message
     /// and takes no turn: lock calls neither queue behind it nor lose a
     /// wake-up to it.
@@ -47,6 +83,9 @@ struct Waiter {
 #[derive(Default)]
 struct Registry {
     channels: Mutex<HashMap<String, Vec<Waiter>>>,
+    /// The tags delivered lately per channel and the call each went to,
+    /// newest last (locked after `channels`, never alone).
+    delivered: Mutex<HashMap<String, Delivered>>,
     next_id: AtomicU64,
     /// Bumped on every change of `channels`, so subscribers only look at
     /// the registry when something changed.
@@ -146,7 +185,8 @@ impl Notifier {
     }
 
     fn register(&self, channels: &[&str], observer: bool) -> Watch<'_> {
-        let (wake_tx, wake) = crossbeam_channel::bounded(1);
+        let (wake_tx, wake) = crossbeam_channel::bounded(WAKE_QUEUE);
+        let busy = Arc::new(AtomicBool::new(false));
         let (sub_tx, subscribed) = crossbeam_channel::bounded(self.kicks.len());
         let id = self.registry.next_id.fetch_add(1, Ordering::Relaxed);
         {
@@ -161,6 +201,7 @@ impl Notifier {
                         id,
                         wake: wake_tx.clone(),
                         subscribed: sub_tx.clone(),
+                        busy: Arc::clone(&busy),
                         observer,
                     });
             }
@@ -176,7 +217,9 @@ impl Notifier {
             id,
             wake,
             subscribed,
+            busy,
             observer,
+            held: Mutex::new(Vec::new()),
         }
     }
 }
@@ -196,14 +239,17 @@ pub(crate) struct Watch<'a> {
     registry: &'a Registry,
     channels: Vec<String>,
     id: u64,
-    wake: Receiver<()>,
+    wake: Receiver<Wake>,
     subscribed: Receiver<()>,
+    busy: Arc<AtomicBool>,
     observer: bool,
+    /// Tags received and not yet taken by an attempt.
+    held: Mutex<Vec<Tag>>,
 }
 
 impl Watch<'_> {
     /// The channel a notification arrives on, for `select!`.
-    pub fn wake_signal(&self) -> &Receiver<()> {
+    pub fn wake_signal(&self) -> &Receiver<Wake> {
         &self.wake
     }
 
@@ -212,7 +258,7 @@ impl Watch<'_> {
     /// on those instances cannot go unseen.
     pub fn wait_subscribed(&self, count: usize, deadline: Instant, stop: Option<&Receiver<()>>) {
         for _ in 0..count {
-            if !receive_until(&self.subscribed, deadline, stop) {
+            if receive_until(&self.subscribed, deadline, stop).is_none() {
                 return;
             }
         }
@@ -220,8 +266,17 @@ impl Watch<'_> {
 
     /// Waits for a release notification until `deadline`, or `stop`
     /// disconnecting (a cancel); true if one came.
+    /// Waiting again, the call is no longer busy with a tagged release
+    /// it was handed.
     pub fn wait_released(&self, deadline: Instant, stop: Option<&Receiver<()>>) -> bool {
-        receive_until(&self.wake, deadline, stop)
+        self.busy.store(false, Ordering::Release);
+        match receive_until(&self.wake, deadline, stop) {
+            Some(wake) => {
+                self.held.lock().extend(wake);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Hands a release this call was woken for, and could not use, to the
@@ -236,33 +291,82 @@ impl Watch<'_> {
                 continue;
             };
             if let Some(next) = waiters.iter().skip_while(|w| w.id != self.id).nth(1) {
-                let _ = next.wake.try_send(());
+                let _ = next.wake.try_send(None);
             }
         }
     }
 
-    /// Forgets notifications that arrived before now; true if there was
-    /// one.
+    /// Takes the notifications that arrived before now; true if there
+    /// was one. Tags among them are kept for [`take_tags`](Self::take_tags).
     pub fn clear(&self) -> bool {
         let mut any = false;
-        while self.wake.try_recv().is_ok() {
+        let mut held = self.held.lock();
+        for wake in self.wake.try_iter() {
             any = true;
+            held.extend(wake);
         }
         any
     }
+
+    /// The permits' releases received since the last call.
+    pub fn take_tags(&self) -> Vec<Tag> {
+        std::mem::take(&mut *self.held.lock())
+    }
+
+    /// After a grant: forgets the late copies of the release that woke this
+    /// call, and hands `unused` and every tag received meanwhile (other
+    /// permits freed while this call was busy) each to another call, which
+    /// may take it.
+    pub fn granted(&self, unused: Vec<Tag>) {
+        let _ = self.clear();
+        let mut tags = unused;
+        tags.append(&mut self.held.lock());
+        if tags.is_empty() {
+            return;
+        }
+        let channels = self.registry.channels.lock();
+        for channel in &self.channels {
+            let Some(waiters) = channels.get(channel) else {
+                continue;
+            };
+            for tag in &tags {
+                self.registry
+                    .hand_on(channel, waiters, self.id, Arc::clone(tag));
+            }
+        }
+    }
+}
+
+/// The call a tagged release goes to among `waiters` (never the call
+/// `except`): the longest-waiting one not busy with another, else the
+/// longest-waiting one (it sees the release when its attempt fails, or
+/// hands it on when granted).
+fn pick_for_tag<'w>(
+    waiters: impl Iterator<Item = &'w Waiter> + Clone,
+    except: u64,
+) -> Option<&'w Waiter> {
+    let mut calls = waiters.filter(move |w| !w.observer && w.id != except);
+    let free = calls.clone().find(|w| !w.busy.load(Ordering::Acquire));
+    free.or_else(|| calls.next())
+}
+
+/// Hands a tagged release to `waiter`, busy with it until it waits again.
+fn hand_tag(waiter: &Waiter, tag: Tag) {
+    waiter.busy.store(true, Ordering::Release);
+    let _ = waiter.wake.try_send(Some(tag));
 }
 
 /// Waits for a message on `rx` until `deadline` or until `stop`
 /// disconnects; true if a message came.
-fn receive_until(rx: &Receiver<()>, deadline: Instant, stop: Option<&Receiver<()>>) -> bool {
+fn receive_until<T>(rx: &Receiver<T>, deadline: Instant, stop: Option<&Receiver<()>>) -> Option<T> {
     let Some(stop) = stop else {
-        return rx.recv_deadline(deadline).is_ok();
+        return rx.recv_deadline(deadline).ok();
     };
     let timeout = deadline.saturating_duration_since(Instant::now());
     crossbeam_channel::select! {
-        recv(rx) -> message => message.is_ok(),
-        recv(stop) -> _ => false,
-        default(timeout) => false,
+        recv(rx) -> message => message.ok(),
+        recv(stop) -> _ => None,
+        default(timeout) => None,
     }
 }
 
@@ -272,17 +376,32 @@ impl Drop for Watch<'_> {
         // A wake-up this call did not use goes to the next in line (of each
         // of its channels: it cannot tell which one announced it).
         // (An observer's wake-ups are its own: the turn went elsewhere.)
-        let unused = !self.observer && self.wake.try_recv().is_ok();
+        // Each tagged one, a permit freed, goes to a call of its own.
+        let mut tags = std::mem::take(&mut *self.held.lock());
+        let mut lock_release = false;
+        if !self.observer {
+            for wake in self.wake.try_iter() {
+                match wake {
+                    Some(tag) => tags.push(tag),
+                    None => lock_release = true,
+                }
+            }
+        }
         for channel in &self.channels {
             if let Some(waiters) = channels.get_mut(channel) {
                 waiters.retain(|w| w.id != self.id);
-                if unused {
+                if lock_release {
                     if let Some(next) = waiters.iter().find(|w| !w.observer) {
-                        let _ = next.wake.try_send(());
+                        let _ = next.wake.try_send(None);
                     }
+                }
+                for tag in &tags {
+                    self.registry
+                        .hand_on(channel, waiters, self.id, Arc::clone(tag));
                 }
                 if waiters.is_empty() {
                     channels.remove(channel);
+                    self.registry.delivered.lock().remove(channel);
                 }
             }
         }
@@ -383,7 +502,7 @@ impl Subscriber {
                 seen_version = Some(version);
             }
             match pubsub.get_message() {
-                Ok(msg) => self.wake(msg.get_channel_name()),
+                Ok(msg) => self.wake(msg.get_channel_name(), msg.get_payload_bytes()),
                 Err(e) if e.is_timeout() => {}
                 Err(_) => return Stop::Failed,
             }
@@ -394,8 +513,8 @@ impl Subscriber {
         self.registry.acknowledge(&mut self.acked);
     }
 
-    fn wake(&self, channel: &str) {
-        self.registry.wake(channel);
+    fn wake(&self, channel: &str, payload: &[u8]) {
+        self.registry.wake(channel, payload);
     }
 }
 
@@ -414,21 +533,66 @@ impl Registry {
         acked.retain(|id| live.contains(id));
     }
 
-    /// Wakes the longest-waiting call for the channel only: the calls of
-    /// one client then take turns instead of all rushing at the lock and
-    /// splitting the vote among themselves.
-    /// Observers are all woken.
-    fn wake(&self, channel: &str) {
+    /// Wakes one call for a release announced on `channel` with
+    /// `payload`. A lock's release ([`UNTAGGED`]) wakes the longest-waiting
+    /// call only: the calls of one client then take turns instead of all
+    /// rushing at the lock and splitting the vote among themselves. A
+    /// tagged release (a permit's) seen for the first time wakes the
+    /// longest-waiting call not busy with another one, so that releases of
+    /// several permits wake as many calls. Its copies from the other
+    /// instances wake that call again, as a lock's do: the first copy may
+    /// come before the slot is free on a quorum, and the call that tried
+    /// too early tries again. Observers are all woken.
+    fn wake(&self, channel: &str, payload: &[u8]) {
         let channels = self.channels.lock();
         let Some(waiters) = channels.get(channel) else {
             return;
         };
-        if let Some(first) = waiters.iter().find(|w| !w.observer) {
-            let _ = first.wake.try_send(());
+        if payload == UNTAGGED {
+            if let Some(first) = waiters.iter().find(|w| !w.observer) {
+                let _ = first.wake.try_send(None);
+            }
+        } else {
+            let earlier = self.delivered_to(channel, payload);
+            match earlier.and_then(|id| waiters.iter().find(|w| w.id == id)) {
+                Some(call) => {
+                    let _ = call.wake.try_send(None);
+                }
+                // New, or its call is gone (granted, or gave up, handing
+                // on what it held): this copy may be the one that finds
+                // the slot free on a quorum.
+                None => self.hand_on(channel, waiters, u64::MAX, payload.into()),
+            }
         }
         for observer in waiters.iter().filter(|w| w.observer) {
-            let _ = observer.wake.try_send(());
+            let _ = observer.wake.try_send(None);
         }
+    }
+
+    /// Hands `tag` to the call [`pick_for_tag`] picks among `waiters`
+    /// (never `except`), and remembers it went there.
+    fn hand_on(&self, channel: &str, waiters: &[Waiter], except: u64, tag: Tag) {
+        if let Some(next) = pick_for_tag(waiters.iter(), except) {
+            self.record_delivery(channel, &tag, next.id);
+            hand_tag(next, tag);
+        }
+    }
+
+    /// The call `tag` was delivered to on `channel`, if it was.
+    fn delivered_to(&self, channel: &str, tag: &[u8]) -> Option<u64> {
+        let delivered = self.delivered.lock();
+        let tags = delivered.get(channel)?;
+        tags.iter().find(|(t, _)| **t == *tag).map(|(_, id)| *id)
+    }
+
+    fn record_delivery(&self, channel: &str, tag: &[u8], id: u64) {
+        let mut delivered = self.delivered.lock();
+        let tags = delivered.entry(channel.to_string()).or_default();
+        tags.retain(|(t, _)| **t != *tag);
+        if tags.len() == TAGS_KEPT {
+            tags.pop_front();
+        }
+        tags.push_back((tag.into(), id));
     }
 
     /// The channels some call waits for and the registry's version they
@@ -467,7 +631,7 @@ mod tests {
         let notifier = notifier();
         let first = notifier.watch(&["released:{r}"]);
         let second = notifier.watch(&["released:{r}"]);
-        notifier.registry.wake("released:{r}");
+        notifier.registry.wake("released:{r}", UNTAGGED);
         assert!(
             second.wake_signal().try_recv().is_err(),
             "only the longest-waiting call is woken"
@@ -486,9 +650,54 @@ mod tests {
         let notifier = notifier();
         let first = notifier.watch(&["released:{r}"]);
         let second = notifier.watch(&["released:{r}"]);
-        notifier.registry.wake("released:{r}");
+        notifier.registry.wake("released:{r}", UNTAGGED);
         assert!(first.wake_signal().try_recv().is_ok());
         drop(first);
         assert!(second.wake_signal().try_recv().is_err());
+    }
+
+    /// Releases of two permits wake two calls, though the first call is
+    /// still busy with its own; the copies of a release (one per instance)
+    /// wake the call it went to, nobody else.
+    #[test]
+    fn each_permit_released_wakes_a_call_of_its_own() {
+        let notifier = notifier();
+        let channel = "released:{s}:permits";
+        let first = notifier.watch(&[channel]);
+        let second = notifier.watch(&[channel]);
+        notifier.registry.wake(channel, b"0:7");
+        notifier.registry.wake(channel, b"0:7");
+        assert!(first.clear(), "the first release wakes the first call");
+        assert_eq!(first.take_tags(), [Tag::from(&b"0:7"[..])], "once, tagged");
+        assert!(
+            second.wake_signal().try_recv().is_err(),
+            "a copy is no release"
+        );
+        notifier.registry.wake(channel, b"1:3");
+        assert!(first.wake_signal().try_recv().is_err());
+        assert!(second.clear(), "another permit freed wakes the next call");
+        assert_eq!(second.take_tags(), [Tag::from(&b"1:3"[..])]);
+    }
+
+    /// A call granted while holding another permit's release hands it to
+    /// the next call, which would otherwise sit out its fallback re-check
+    /// while the permit is free.
+    #[test]
+    fn a_permit_release_queued_on_a_granted_call_is_handed_on() {
+        let notifier = notifier();
+        let channel = "released:{s}:permits";
+        let first = notifier.watch(&[channel]);
+        let second = notifier.watch(&[channel]);
+        notifier.registry.wake(channel, b"0:7");
+        // Both busy: the next release queues on the longest waiting.
+        notifier.registry.wake(channel, b"1:3");
+        notifier.registry.wake(channel, b"2:5");
+        assert!(first.clear() && second.clear());
+        assert_eq!(second.take_tags(), [Tag::from(&b"1:3"[..])]);
+        let tags = first.take_tags();
+        assert_eq!(tags.len(), 2, "{tags:?}");
+        first.granted(tags[1..].to_vec());
+        assert!(second.clear());
+        assert_eq!(second.take_tags(), [Tag::from(&b"2:5"[..])]);
     }
 }

@@ -50,7 +50,8 @@ struct Link {
 
 /// What a message on a subscriber connection says.
 enum Event {
-    Message(String),
+    /// A release announced on a channel, with its payload.
+    Message(String, Vec<u8>),
     Subscribed(String),
     Unsubscribed(String),
     Refused,
@@ -112,7 +113,7 @@ impl ShardedSubscriber {
                 }
                 match link.conn.recv_response() {
                     Ok(value) => match event(&value) {
-                        Event::Message(channel) => self.registry.wake(&channel),
+                        Event::Message(channel, payload) => self.registry.wake(&channel, &payload),
                         Event::Unsubscribed(channel) => {
                             // The shard gave the slot away: subscribe again
                             // where it went.
@@ -217,7 +218,7 @@ impl ShardedSubscriber {
                             link.channels.insert(channel);
                             pending = pending.saturating_sub(1);
                         }
-                        Event::Message(channel) => self.registry.wake(&channel),
+                        Event::Message(channel, payload) => self.registry.wake(&channel, &payload),
                         Event::Refused => {
                             // MOVED: the slot map is stale. Try again after
                             // it was read.
@@ -242,6 +243,10 @@ fn event(value: &Value) -> Event {
         Some(Value::SimpleString(s)) => Some(s.clone()),
         _ => None,
     };
+    let payload = |v: Option<&Value>| match v {
+        Some(Value::BulkString(b)) => b.clone(),
+        _ => super::UNTAGGED.to_vec(),
+    };
     match value {
         Value::ServerError(_) => Event::Refused,
         Value::Push { kind, data } => {
@@ -249,7 +254,7 @@ fn event(value: &Value) -> Event {
                 return Event::Other;
             };
             match kind {
-                PushKind::SMessage => Event::Message(channel),
+                PushKind::SMessage => Event::Message(channel, payload(data.get(1))),
                 PushKind::SSubscribe => Event::Subscribed(channel),
                 PushKind::SUnsubscribe => Event::Unsubscribed(channel),
                 _ => Event::Other,
@@ -260,7 +265,7 @@ fn event(value: &Value) -> Event {
                 return Event::Other;
             };
             match kind.as_str() {
-                "smessage" => Event::Message(channel),
+                "smessage" => Event::Message(channel, payload(items.get(2))),
                 "ssubscribe" => Event::Subscribed(channel),
                 "sunsubscribe" => Event::Unsubscribed(channel),
                 _ => Event::Other,
