@@ -101,6 +101,20 @@ b rw-write-ignores-readers lua/rw_acquire.lua \
   "local reader = redis.call('ZRANGE', KEYS[2], 0, 0)[2]" \
   redis-server
 
+# A hold rests on its release alone (the acquire sets the keys to the
+# TTL): a release lost to a black hole lets the once-only job run twice.
+b hold-rests-on-release src/lock/acquire.rs \
+  "let keys = if hold.is_zero() {" \
+  "let keys = if true {" \
+  redis-server
+
+# An operator's unlock deletes whatever it finds: a delete held up on a
+# slow link takes a later holder's key.
+b unlock-any-value lua/force_release.lua \
+  "if value and redis.sha1hex(value) == ARGV[1] then" \
+  "if value then" \
+  redis-server
+
 if [ "${1:-}" = "--list" ]; then
     for n in "${NAMES[@]}"; do echo "$n  ${FILE[$n]}  on ${SERVER[$n]}"; done
     exit 0
