@@ -884,7 +884,8 @@ fn duplicate(
 }
 
 /// A hold an operator's unlock revoked from `from` (the unlock's call)
-/// to `to` (its return), or, `failed`, may have revoked in that time.
+/// to `to` (its return), or, `failed`, may have revoked in that time (a
+/// failed unlock's, or another guard of the client a successful one named).
 struct Revocation {
     hold: *const Hold,
     from: f64,
@@ -916,7 +917,20 @@ fn revocations(rec: &Record) -> Vec<Revocation> {
         let on = |h: &&Hold| u.role.covers(h.mode) && h.tokens.iter().any(|t| t.0 == u.resource);
         match u.outcome {
             UnlockOutcome::Revoked { holder } => {
-                if let Some(h) = revoked_by(rec, u, holder, &out) {
+                let definite = revoked_by(rec, u, holder, &out);
+                // The unlock names a client, not a guard: any other guard
+                // of that client believed while it ran may be the value it
+                // read (a slow reading can come after the guard the rule
+                // picks was released, and meet the client's next one).
+                // Those pairs are excused, their beliefs not cut.
+                let maybe = rec.holds.iter().filter(on).filter(|h| {
+                    h.client == holder
+                        && definite.is_none_or(|d| !std::ptr::eq(*h, d))
+                        && h.granted <= u.end
+                        && belief_end(h) > u.start
+                });
+                out.extend(maybe.map(|h| Revocation::of(h, u, true)));
+                if let Some(h) = definite {
                     out.push(Revocation::of(h, u, false));
                 }
             }
@@ -952,7 +966,7 @@ fn revoked_by<'a>(
     let again = |h: &Hold| {
         taken
             .iter()
-            .any(|r| std::ptr::eq(r.hold, h) && r.from == u.start && r.to == u.end)
+            .any(|r| !r.failed && std::ptr::eq(r.hold, h) && r.from == u.start && r.to == u.end)
     };
     let mine = || {
         rec.holds.iter().filter(move |h| {
@@ -1789,6 +1803,27 @@ mod tests {
         rec.holds[1].granted = 1.05;
         let v = check(&rec);
         assert_eq!((v.overlaps, v.unlock_excused), (0, 1));
+    }
+
+    /// A slow unlock (1.0–1.6 s) names client 0, whose guard A1 was
+    /// released at 1.05 s and whose next guard A2 was granted at 1.1 s:
+    /// the reading may have met either, so B, granted at 1.7 s against A2,
+    /// is excused. Naming another client, it is reported.
+    #[test]
+    fn an_unlock_naming_a_client_may_have_revoked_any_of_its_guards_meanwhile() {
+        let build = |holder| {
+            let mut rec = record();
+            hold(&mut rec, 0, Mode::Exclusive, 1, 0.0, 1.05);
+            hold(&mut rec, 0, Mode::Exclusive, 2, 1.1, 3.0);
+            seen(&mut rec, 0, R, &[0, 1, 2], 1.2, 1.8);
+            unlock(&mut rec, 1.0, 1.6, UnlockOutcome::Revoked { holder });
+            hold(&mut rec, 1, Mode::Exclusive, 3, 1.7, 2.5);
+            rec
+        };
+        let v = check(&build(0));
+        assert_eq!(v.overlaps, 0, "{:#?}", v.violations);
+        assert_eq!(v.unlock_failed_excused, 1);
+        assert_eq!(check(&build(2)).overlaps, 1);
     }
 
     /// A dead holder (its guard gone at 0.3 s, its key alive) is the one
