@@ -260,7 +260,9 @@ fn manual_extend_with_the_watchdog_keeps_the_new_ttl() {
         jumped
     });
     assert!(renewed, "no renewal seen; lowest PTTL {lowest}");
-    assert!(lowest > 3000, "watchdog went back to the old TTL: {lowest}");
+    // Back to the old TTL would take the PTTL below 600 ms; a renewal that
+    // a loaded machine delays only lets it fall further from 5 s first.
+    assert!(lowest > 600, "watchdog went back to the old TTL: {lowest}");
     assert!(last > 4000, "renewed with another TTL: {last}");
     assert!(guard.validity() > Duration::from_millis(3000));
 }
