@@ -4,6 +4,7 @@
 //! `protocol/value.rs`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::Value;
@@ -137,24 +138,9 @@ pub(crate) fn force_release(
     let Some(held) = read(shared, name, keys)? else {
         return Ok(None);
     };
-    let pack = |sharded| scripts::force_release(keys, &held.tag, sharded);
-    let on_cluster = || pack(true);
-    let out = Outgoing::to_slot(keys.slot, pack(false)).on_cluster(&on_cluster);
-    let deadline = shared.round_deadline();
-    let tally = shared
-        .instances
-        .round(&out, deadline, deleted)
-        .wait_all(deadline);
-    let quorum = shared.instances.quorum();
-    if !quorum.reached(tally.yes.len()) {
-        let granted = tally.yes.len();
-        return Err(Error::unavailable(
-            name,
-            quorum.size(),
-            granted,
-            tally.failed,
-        ));
-    }
+    delete_round(shared, name, keys, |sharded| {
+        scripts::force_release(keys, &held.tag, sharded)
+    })?;
     Ok(Some(held))
 }
 
@@ -323,7 +309,20 @@ pub(crate) fn rw_force_release(
     if tags.is_empty() {
         return Ok(revoked);
     }
-    let pack = |sharded| scripts::rw_force_release(keys, rw, &tags, sharded);
+    delete_round(shared, name, keys, |sharded| {
+        scripts::rw_force_release(keys, rw, &tags, sharded)
+    })?;
+    Ok(revoked)
+}
+
+/// An unlock's deletes (`pack`, then `SPUBLISH` with `sharded`) to every
+/// instance: done once a quorum confirmed them.
+fn delete_round(
+    shared: &Shared,
+    name: &str,
+    keys: &Keys,
+    pack: impl Fn(bool) -> (Arc<[u8]>, usize),
+) -> Result<(), Error> {
     let on_cluster = || pack(true);
     let out = Outgoing::to_slot(keys.slot, pack(false)).on_cluster(&on_cluster);
     let deadline = shared.round_deadline();
@@ -331,10 +330,11 @@ pub(crate) fn rw_force_release(
         .instances
         .round(&out, deadline, deleted)
         .wait_all(deadline);
+    let quorum = shared.instances.quorum();
     if !quorum.reached(tally.yes.len()) {
         return Err(refusal(name, quorum, tally.yes.len(), tally.failed, false));
     }
-    Ok(revoked)
+    Ok(())
 }
 
 /// Too few answers, or a key of another type under the lock's name.

@@ -115,10 +115,7 @@ impl Worker<'_> {
         let steps = self.rng.random_range(0..=3);
         let stall = !auto && self.ctx.stalls.take();
         self.kv_modify(&guard, &mut hold, OP_LOCK, stall, steps);
-        hold.claim.note(guard.validity());
-        hold.releasing = Instant::now();
-        guard.release();
-        hold.finish(self);
+        hold.release(guard, self);
     }
 
     /// A permit, a read or a write the operator may revoke: 35 % of the
@@ -270,10 +267,7 @@ impl Worker<'_> {
         };
         let mut hold = HoldNotes::new(&guard, start, Instant::now(), WAIT);
         self.kv_modify(&guard, &mut hold, OP_LOCK, false, 0);
-        hold.claim.note(guard.validity());
-        hold.releasing = Instant::now();
-        guard.release();
-        hold.finish(self);
+        hold.release(guard, self);
     }
 
     /// `fenced-kv`: a counter's read-modify-write under its lock, with the
@@ -350,10 +344,7 @@ impl Worker<'_> {
         } else {
             self.kv_modify(&guard, &mut hold, key, stall, steps);
         }
-        hold.claim.note(guard.validity());
-        hold.releasing = Instant::now();
-        guard.release();
-        hold.finish(self);
+        hold.release(guard, self);
     }
 
     /// The fenced read-modify-write of `key`: read with the guard's
@@ -496,10 +487,7 @@ impl Worker<'_> {
         notes.key_life = key_life_with_hold(TTL, hold);
         notes.cancelled = cancelled;
         self.pause(20, 300);
-        notes.claim.note(guard.validity());
-        notes.releasing = Instant::now();
-        guard.release();
-        notes.finish(self);
+        notes.release(guard, self);
     }
 
     /// Makes the call while another thread cancels it `after` its start

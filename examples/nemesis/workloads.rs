@@ -483,10 +483,7 @@ impl Worker<'_> {
         } else {
             self.modify(&guard, &mut hold, stall, steps)
         };
-        hold.claim.note(guard.validity());
-        hold.releasing = Instant::now();
-        guard.release();
-        hold.finish(self);
+        hold.release(guard, self);
         result
     }
 
@@ -887,10 +884,7 @@ impl Worker<'_> {
         let mut hold = HoldNotes::new(&guard, start, granted, Duration::ZERO);
         hold.key_life = RUN_KEY_LIFE;
         self.pause(50, 400);
-        hold.claim.note(guard.validity());
-        hold.releasing = Instant::now();
-        guard.release();
-        hold.finish(self);
+        hold.release(guard, self);
     }
 
     pub fn failed_call(
@@ -991,6 +985,14 @@ impl HoldNotes {
             wait,
             cancelled: None,
         }
+    }
+
+    /// The holder's last look at its validity, then its release, recorded.
+    pub fn release(mut self, guard: Guard, worker: &Worker<'_>) {
+        self.claim.note(guard.validity());
+        self.releasing = Instant::now();
+        guard.release();
+        self.finish(worker);
     }
 
     pub fn finish(self, worker: &Worker<'_>) {

@@ -139,14 +139,12 @@ pub(crate) fn semaphore_slots(
     permits: u32,
     record_ttl: Duration,
 ) -> Arc<[u8]> {
-    let keys = record_and_slots(prefix, name, permits);
-    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-    let ttl_ms = record_ttl.as_millis().max(1).to_string();
-    let count = permits.to_string();
-    packed(
+    on_record(
         &SEMAPHORE_SLOTS,
-        &keys,
-        &[count.as_bytes(), ttl_ms.as_bytes()],
+        prefix,
+        name,
+        (permits, permits),
+        record_ttl,
     )
 }
 
@@ -159,15 +157,29 @@ pub(crate) fn semaphore_recount(
     slots: u32,
     record_ttl: Duration,
 ) -> Arc<[u8]> {
+    on_record(
+        &SEMAPHORE_RECOUNT,
+        prefix,
+        name,
+        (permits, slots),
+        record_ttl,
+    )
+}
+
+/// A script on a semaphore's record and its first `slots` slots, given
+/// the count and the record's life.
+fn on_record(
+    script: &Script,
+    prefix: &str,
+    name: &str,
+    (permits, slots): (u32, u32),
+    record_ttl: Duration,
+) -> Arc<[u8]> {
     let keys = record_and_slots(prefix, name, slots);
     let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
     let ttl_ms = record_ttl.as_millis().max(1).to_string();
     let count = permits.to_string();
-    packed(
-        &SEMAPHORE_RECOUNT,
-        &keys,
-        &[count.as_bytes(), ttl_ms.as_bytes()],
-    )
+    packed(script, &keys, &[count.as_bytes(), ttl_ms.as_bytes()])
 }
 
 /// A semaphore's permits record, then the lock key of each of its first
