@@ -82,6 +82,110 @@ pub struct Sample {
     /// CPU time the instances' processes spent per successful op, when
     /// measured ([`with_cpu`]).
     pub server_cpu: Option<Duration>,
+    /// What each successful op cost in the operating system's and the
+    /// allocator's currency, when measured ([`with_cpu`]).
+    pub counts: Option<Counts>,
+}
+
+/// Per successful op: context switches of this process (every thread) and
+/// of the instances' processes, and this process's allocations.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counts {
+    /// The client's threads going to sleep (each is followed by a
+    /// wake-up): `ru_nvcsw` of `getrusage(RUSAGE_SELF)`.
+    pub client_waits: f64,
+    /// The client's threads preempted (`ru_nivcsw`).
+    pub client_preempted: f64,
+    /// The instances' threads going to sleep and being preempted
+    /// (`voluntary_ctxt_switches` + `nonvoluntary_ctxt_switches` of
+    /// `/proc/<pid>/task/*/status`).
+    pub server_switches: f64,
+    /// Heap allocations of this process, when its global allocator is
+    /// [`CountingAlloc`] (`None` otherwise).
+    pub allocations: Option<f64>,
+}
+
+/// The system allocator, counting allocations: a program that installs it
+/// (`#[global_allocator] static A: CountingAlloc = CountingAlloc;`) gets
+/// an allocation count per op in [`with_cpu`]'s samples.
+#[allow(dead_code)] // the peers comparison uses it
+pub struct CountingAlloc;
+
+/// Allocations made through [`CountingAlloc`] so far.
+pub static ALLOCATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+// SAFETY: forwards every call to the system allocator unchanged; the count
+// is a relaxed atomic add, which neither allocates nor blocks.
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        unsafe { std::alloc::System.realloc(ptr, layout, size) }
+    }
+}
+
+/// The counters [`Counts`] is made of, read at one moment.
+#[derive(Debug, Clone, Copy)]
+struct Counters {
+    client_waits: u64,
+    client_preempted: u64,
+    server_switches: u64,
+    allocations: u64,
+}
+
+impl Counters {
+    fn read(cluster: &RedisServers) -> Counters {
+        use nix::sys::resource::{getrusage, UsageWho};
+        let usage = getrusage(UsageWho::RUSAGE_SELF).ok();
+        Counters {
+            client_waits: usage.map_or(0, |u| u.voluntary_context_switches().max(0) as u64),
+            client_preempted: usage.map_or(0, |u| u.involuntary_context_switches().max(0) as u64),
+            server_switches: cluster
+                .iter()
+                .filter_map(|s| s.pid())
+                .map(process_switches)
+                .sum(),
+            allocations: ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+
+    /// What happened since `before`, per op.
+    fn per_op(&self, before: &Counters, ops: usize) -> Counts {
+        let per = |after: u64, before: u64| after.saturating_sub(before) as f64 / ops as f64;
+        Counts {
+            client_waits: per(self.client_waits, before.client_waits),
+            client_preempted: per(self.client_preempted, before.client_preempted),
+            server_switches: per(self.server_switches, before.server_switches),
+            allocations: (self.allocations > 0).then(|| per(self.allocations, before.allocations)),
+        }
+    }
+}
+
+/// Context switches so far of every thread of process `pid`, voluntary and
+/// not (`/proc/<pid>/task/*/status`). Zero where `/proc` cannot be read.
+pub fn process_switches(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .map(|task| {
+            let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum::<u64>()
+        })
+        .sum()
 }
 
 impl Default for Sample {
@@ -105,6 +209,7 @@ impl Sample {
             quantiles: std::array::from_fn(|k| percentile(&latencies, quantile_level(k))),
             client_cpu: None,
             server_cpu: None,
+            counts: None,
         }
     }
 
@@ -122,6 +227,7 @@ impl Sample {
             quantiles: std::array::from_fn(|k| median_by(samples, |s| s.quantiles[k])),
             client_cpu: median_of(samples.iter().filter_map(|s| s.client_cpu).collect()),
             server_cpu: median_of(samples.iter().filter_map(|s| s.server_cpu).collect()),
+            counts: Counts::median(samples),
         }
     }
 }
@@ -179,16 +285,62 @@ pub fn process_cpu_time(pid: u32) -> Duration {
 /// counts every thread of the process, so it includes whatever else runs
 /// in it at the time (idle clients cost nothing; in-process proxies do).
 pub fn with_cpu(cluster: &RedisServers, run: impl FnOnce() -> Sample) -> Sample {
+    let counters_before = Counters::read(cluster);
     let (client_before, servers_before) = (client_cpu_time(), server_cpu_time(cluster));
     let mut sample = run();
     let client = client_cpu_time().saturating_sub(client_before);
     let servers = server_cpu_time(cluster).saturating_sub(servers_before);
+    let counters = Counters::read(cluster);
     if sample.ops > 0 {
         let per_op = |spent: Duration| (!spent.is_zero()).then(|| spent / sample.ops as u32);
         sample.client_cpu = per_op(client);
         sample.server_cpu = per_op(servers);
+        sample.counts = Some(counters.per_op(&counters_before, sample.ops));
     }
     sample
+}
+
+impl Counts {
+    /// The median of each count across the repeats that measured them.
+    fn median(samples: &[Sample]) -> Option<Counts> {
+        let counted: Vec<Counts> = samples.iter().filter_map(|s| s.counts).collect();
+        if counted.is_empty() {
+            return None;
+        }
+        let allocations: Vec<f64> = counted.iter().filter_map(|c| c.allocations).collect();
+        Some(Counts {
+            client_waits: median_by(&counted, |c| c.client_waits),
+            client_preempted: median_by(&counted, |c| c.client_preempted),
+            server_switches: median_by(&counted, |c| c.server_switches),
+            allocations: (!allocations.is_empty()).then(|| median_by(&allocations, |a| *a)),
+        })
+    }
+}
+
+/// The client's context switches per op (sleeps + preemptions), or `-`.
+#[allow(dead_code)] // the peers comparison uses it
+pub fn fmt_client_switches(sample: &Sample) -> String {
+    sample.counts.map_or_else(
+        || "-".to_string(),
+        |c| format!("{:.1} + {:.1}", c.client_waits, c.client_preempted),
+    )
+}
+
+/// The servers' context switches per op, or `-`.
+#[allow(dead_code)] // the peers comparison uses it
+pub fn fmt_server_switches(sample: &Sample) -> String {
+    sample
+        .counts
+        .map_or_else(|| "-".to_string(), |c| format!("{:.1}", c.server_switches))
+}
+
+/// The client's allocations per op, or `-` where not counted.
+#[allow(dead_code)] // the peers comparison uses it
+pub fn fmt_allocations(sample: &Sample) -> String {
+    sample
+        .counts
+        .and_then(|c| c.allocations)
+        .map_or_else(|| "-".to_string(), |a| format!("{a:.0}"))
 }
 
 /// The client's CPU per op, or `-` when not measured.
@@ -218,6 +370,7 @@ pub fn median_by<T: Copy + PartialOrd, U>(items: &[U], key: impl Fn(&U) -> T) ->
 }
 
 /// `run` done `times` times (at least once); the median of its samples.
+#[allow(dead_code)] // the peers comparison interleaves its repeats by hand
 pub fn repeat(times: usize, mut run: impl FnMut() -> Sample) -> Sample {
     let samples: Vec<Sample> = (0..times.max(1)).map(|_| run()).collect();
     Sample::median(&samples)
@@ -536,4 +689,44 @@ impl DelayedNetwork {
             })
             .collect()
     }
+}
+
+/// What one thread waking another costs on this machine: `rounds` round
+/// trips between two threads, each side sleeping until the other wakes it
+/// (`std::thread::park` / `unpark`, a futex each way, as a parked worker
+/// or caller is woken). Returns the median round trip and the CPU time of
+/// the process per round trip, each round trip being two wake-ups.
+#[allow(dead_code)] // the peers comparison reports it
+pub fn wake_up_cost(rounds: usize) -> (Duration, Duration) {
+    let turn = std::sync::Arc::new(AtomicU64::new(0));
+    let main = std::thread::current();
+    let other_turn = std::sync::Arc::clone(&turn);
+    let partner = std::thread::spawn(move || {
+        let mut seen = 0;
+        let main = main;
+        while seen < rounds as u64 {
+            // Odd: the partner's turn; it answers by making the count even.
+            while other_turn.load(Ordering::Acquire).is_multiple_of(2) {
+                std::thread::park();
+            }
+            seen = other_turn.fetch_add(1, Ordering::AcqRel) / 2 + 1;
+            main.unpark();
+        }
+    });
+    let partner_handle = partner.thread().clone();
+    let cpu_before = client_cpu_time();
+    let mut trips = Vec::with_capacity(rounds);
+    for k in 0..rounds as u64 {
+        let t0 = Instant::now();
+        turn.store(2 * k + 1, Ordering::Release);
+        partner_handle.unpark();
+        while turn.load(Ordering::Acquire) != 2 * k + 2 {
+            std::thread::park();
+        }
+        trips.push(t0.elapsed());
+    }
+    let cpu = client_cpu_time().saturating_sub(cpu_before);
+    let _ = partner.join();
+    trips.sort_unstable();
+    (trips[trips.len() / 2], cpu / rounds.max(1) as u32)
 }

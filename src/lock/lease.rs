@@ -287,8 +287,7 @@ pub(crate) fn send_release(
             scripts::release_and_announce(target, &lease.value, ttl, &announcement, sharded)
         }
     };
-    let native = hold
-        .is_none()
+    let native = (hold.is_none() && shared.instances.releases_natively())
         .then(|| native::release(&lease.target, &lease.value, ttl, &announcement(lease)))
         .flatten();
     let part = |t: &Target| pack_for(t, true);

@@ -57,18 +57,28 @@ pub(crate) struct Keys {
 
 impl Keys {
     pub fn new(prefix: &str, resource: &str) -> Self {
-        let lock = format!("{prefix}lock:{{{resource}}}");
+        let lock = tagged(prefix, "lock:", resource, "");
         Keys {
             slot: (!resource.starts_with('}'))
                 .then(|| crate::protocol::slot::key_slot(lock.as_bytes())),
             lock,
-            fence: format!("{prefix}fence:{{{resource}}}"),
-            channel: format!("{prefix}released:{{{resource}}}"),
-            term: format!("{prefix}term:{{{resource}}}"),
-            void: format!("{prefix}void:{{{resource}}}:"),
+            fence: tagged(prefix, "fence:", resource, ""),
+            channel: tagged(prefix, "released:", resource, ""),
+            term: tagged(prefix, "term:", resource, ""),
+            void: tagged(prefix, "void:", resource, ":"),
             rw: None,
         }
     }
+}
+
+/// `{prefix}{kind}{{{name}}}{tail}`, in one allocation: a lock's keys are
+/// made for every call (`format!` grows its string two or three times).
+fn tagged(prefix: &str, kind: &str, name: &str, tail: &str) -> String {
+    let mut key = String::with_capacity(prefix.len() + kind.len() + name.len() + tail.len() + 2);
+    for part in [prefix, kind, "{", name, "}", tail] {
+        key.push_str(part);
+    }
+    key
 }
 
 impl Keys {

@@ -61,6 +61,11 @@ impl Support {
         self.commands().set_ifeq
     }
 
+    pub fn releases_natively(&self) -> bool {
+        let commands = self.commands();
+        commands.delifeq || commands.delex
+    }
+
     pub fn commands(&self) -> Commands {
         let bits = self.0.load(Ordering::Acquire);
         Commands {

@@ -122,6 +122,14 @@ impl Instances {
         self.support.iter().any(|s| s.extends_natively())
     }
 
+    /// Whether some instance's connection releases natively, so that a
+    /// release's native form is worth packing (most releases go to servers
+    /// without one: packing it anyway cost a third of a lock + release's
+    /// allocations).
+    pub fn releases_natively(&self) -> bool {
+        self.support.iter().any(|s| s.releases_natively())
+    }
+
     /// Queues `out` on every instance and returns the round that counts
     /// the answers.
     pub fn round<Y: Send + 'static, N: Send + 'static>(

@@ -161,6 +161,43 @@ impl Locker for Rslock {
     }
 }
 
+/// rslock's native shape for one caller: one tokio task doing `ops` lock +
+/// release in turn, each op's latency measured inside the task; an op that
+/// takes longer than `give_up` ends the run (`Err` with the ops done), and
+/// so does `budget` running out.
+pub fn rslock_task_single(
+    runtime: &tokio::runtime::Runtime,
+    manager: &rslock::LockManager,
+    ops: usize,
+    give_up: Duration,
+    budget: Duration,
+) -> Result<Sample, usize> {
+    let manager = manager.clone();
+    let task = runtime.spawn(async move {
+        let (mut latencies, mut errors) = (Vec::with_capacity(ops), 0usize);
+        let start = Instant::now();
+        for done in 0..ops {
+            let name = next_resource("task1");
+            let t0 = Instant::now();
+            let op = async {
+                let lock = manager.lock(name.as_str(), TTL).await?;
+                manager.unlock(&lock).await;
+                Ok::<(), rslock::LockError>(())
+            };
+            match tokio::time::timeout(give_up, op).await {
+                Ok(Ok(())) => latencies.push(t0.elapsed()),
+                Ok(Err(_)) => errors += 1,
+                Err(_) => return Err(done),
+            }
+            if start.elapsed() > budget {
+                break;
+            }
+        }
+        Ok(Sample::new(latencies, start.elapsed(), errors))
+    });
+    runtime.block_on(task).expect("rslock task panicked")
+}
+
 /// rslock's native shape: `tasks` tokio tasks on the runtime.
 pub fn rslock_tasks(
     runtime: &tokio::runtime::Runtime,

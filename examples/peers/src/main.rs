@@ -98,13 +98,17 @@ mod chart;
 mod clients;
 
 use bench_support::{
-    contention, env_or, fmt_client_cpu, fmt_dur, fmt_server_cpu, machine_summary, median_by,
-    next_resource, ratio, ratio_f64, raw_baseline, raw_baseline_on, redis_version, repeat,
-    single_thread, throughput, with_cpu, Contention, DelayedNetwork, Sample, CONTENTION_WORKERS,
-    CRITICAL_SECTION,
+    contention, env_or, fmt_allocations, fmt_client_cpu, fmt_client_switches, fmt_dur,
+    fmt_server_cpu, fmt_server_switches, machine_summary, median_by, next_resource, ratio,
+    ratio_f64, raw_baseline, raw_baseline_on, redis_version, single_thread, throughput, with_cpu,
+    Contention, DelayedNetwork, Sample, CONTENTION_WORKERS, CRITICAL_SECTION,
 };
 use chart::{Line, Panel};
-use clients::{lockers, rslock_tasks, Locker};
+use clients::{lockers, rslock_task_single, rslock_tasks, Locker};
+
+/// Every allocation of the process is counted, for the allocations per op.
+#[global_allocator]
+static ALLOCATOR: bench_support::CountingAlloc = bench_support::CountingAlloc;
 
 /// How long a run may go without finishing an op before it counts as hung.
 const HANG_TIMEOUT: Duration = Duration::from_secs(5);
@@ -188,15 +192,29 @@ fn single_guarded(locker: Arc<dyn Locker>, ops: usize) -> Guarded {
     )
 }
 
-/// Scenarios 1 and 2: the raw baseline and every client, healthy. The
-/// repeats of the one-thread runs are interleaved across clients (and so
-/// are the 16-thread runs), so that a disturbance on a shared machine hits
-/// them all rather than skewing their ratios.
+/// rslock driven its own way, as tokio tasks: one task for the one-caller
+/// figures, `THREADS` tasks for the throughput.
+struct AsTasks {
+    single: Sample,
+    many: Sample,
+}
+
+/// Scenarios 1 and 2: the raw baseline and every client, healthy, and
+/// rslock as tokio tasks. The repeats of the one-thread runs are
+/// interleaved across clients (and so are the 16-thread runs), so that a
+/// disturbance on a shared machine hits them all rather than skewing their
+/// ratios.
 fn healthy_runs(
     settings: &Settings,
     cluster: &RedisServers,
     lockers: &[Arc<dyn Locker>],
-) -> (Sample, Vec<Healthy>) {
+    rslock: (&tokio::runtime::Runtime, &rslock::LockManager),
+) -> (Sample, Vec<Healthy>, AsTasks) {
+    let (runtime, manager) = rslock;
+    let as_task = || {
+        rslock_task_single(runtime, manager, settings.ops, HANG_TIMEOUT, STOPPED_BUDGET)
+            .unwrap_or_default()
+    };
     let _ = raw_baseline(cluster, 200);
     for locker in lockers {
         let _ = single_thread(100, |resource: &str| locker.lock_release(resource));
@@ -207,6 +225,7 @@ fn healthy_runs(
         vec![Vec::new(); lockers.len()],
         vec![Vec::new(); lockers.len()],
     );
+    let (mut task_singles, mut task_many) = (Vec::new(), Vec::new());
     for _ in 0..settings.repeats {
         raws.push(with_cpu(cluster, || raw_baseline(cluster, settings.ops)));
         for (locker, samples) in lockers.iter().zip(&mut singles) {
@@ -214,6 +233,7 @@ fn healthy_runs(
                 single_thread(settings.ops, |resource: &str| locker.lock_release(resource))
             }));
         }
+        task_singles.push(with_cpu(cluster, as_task));
     }
     for _ in 0..settings.repeats {
         for (locker, samples) in lockers.iter().zip(&mut many) {
@@ -223,6 +243,9 @@ fn healthy_runs(
                 })
             }));
         }
+        task_many.push(with_cpu(cluster, || {
+            rslock_tasks(runtime, manager, THREADS, settings.secs)
+        }));
     }
     let runs = lockers
         .iter()
@@ -234,36 +257,35 @@ fn healthy_runs(
             many: Sample::median(many),
         })
         .collect();
-    (Sample::median(&raws), runs)
+    let tasks = AsTasks {
+        single: Sample::median(&task_singles),
+        many: Sample::median(&task_many),
+    };
+    (Sample::median(&raws), runs, tasks)
 }
 
-/// `a / b` as `1.23×`, or `-` if either was not measured.
-fn cpu_ratio(a: Option<Duration>, b: Option<Duration>) -> String {
-    match (a, b) {
-        (Some(a), Some(b)) => ratio(a, b),
-        _ => "-".to_string(),
-    }
-}
-
-fn print_healthy(settings: &Settings, raw: &Sample, runs: &[Healthy], rslock_tasks: &Sample) {
+fn print_healthy(settings: &Settings, raw: &Sample, runs: &[Healthy], tasks: &AsTasks) {
     println!(
         "## Healthy, one thread: lock + release of distinct resources ({} ops, median of {})\n",
         settings.ops, settings.repeats
     );
     println!(
         "| client | p50 | p99 | p50 vs raw | p99 vs raw | client CPU / op | servers' CPU / op | \
-         errors |"
+         client sleeps + preemptions / op | servers' switches / op | allocations / op | errors |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let row = |name: &str, s: &Sample| {
         println!(
-            "| {name} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             fmt_dur(s.p50),
             fmt_dur(s.p99),
             ratio(s.p50, raw.p50),
             ratio(s.p99, raw.p99),
             fmt_client_cpu(s),
             fmt_server_cpu(s),
+            fmt_client_switches(s),
+            fmt_server_switches(s),
+            fmt_allocations(s),
             s.errors
         );
     };
@@ -271,6 +293,7 @@ fn print_healthy(settings: &Settings, raw: &Sample, runs: &[Healthy], rslock_tas
     for r in runs {
         row(r.name, &r.single);
     }
+    row("rslock 0.10, one tokio task", &tasks.single);
 
     println!(
         "\n## Healthy, {THREADS} threads: lock + release of distinct resources ({:?} per run, \
@@ -278,51 +301,101 @@ fn print_healthy(settings: &Settings, raw: &Sample, runs: &[Healthy], rslock_tas
         settings.secs, settings.repeats
     );
     println!(
-        "| client | ops/s | p50 | p99 | client CPU / op | servers' CPU / op | redfence ops/s vs \
-         this | errors |"
+        "| client | ops/s | p50 | p99 | client CPU / op | servers' CPU / op | client sleeps + \
+         preemptions / op | servers' switches / op | allocations / op | redfence ops/s vs this | \
+         errors |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let redfence = runs.iter().find(|r| r.name == "redfence");
     let redfence_ops = redfence.map_or(0.0, |r| r.many.ops_per_sec);
     let many_rows = runs
         .iter()
         .map(|r| (r.name.to_string(), &r.many))
-        .chain([(format!("rslock 0.10, {THREADS} tokio tasks"), rslock_tasks)]);
+        .chain([(format!("rslock 0.10, {THREADS} tokio tasks"), &tasks.many)]);
     for (name, s) in many_rows {
         println!(
-            "| {name} | {:.0} | {} | {} | {} | {} | {} | {} |",
+            "| {name} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             s.ops_per_sec,
             fmt_dur(s.p50),
             fmt_dur(s.p99),
             fmt_client_cpu(s),
             fmt_server_cpu(s),
+            fmt_client_switches(s),
+            fmt_server_switches(s),
+            fmt_allocations(s),
             ratio_f64(redfence_ops, s.ops_per_sec),
             s.errors
         );
     }
-
     let rslock = runs.iter().find(|r| r.name == "rslock 0.10");
     if let (Some(f), Some(r)) = (redfence, rslock) {
+        print_summary(f, r, tasks, raw);
+    }
+}
+
+/// redfence ÷ rslock for each target, against rslock from threads and as
+/// tokio tasks, and the worse of the two (the issue's targets in brackets).
+fn print_summary(f: &Healthy, threads: &Healthy, tasks: &AsTasks, raw: &Sample) {
+    let both = |a: f64, b: f64, higher_is_better: bool| {
+        let worse = if higher_is_better { a.min(b) } else { a.max(b) };
+        format!("{a:.2}× / {b:.2}× (worse {worse:.2}×)")
+    };
+    let d = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(1e-12);
+    let cpu = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
+        (Some(a), Some(b)) => d(a, b),
+        _ => f64::NAN,
+    };
+    println!("\nredfence ÷ rslock, from threads / as tokio tasks (targets in brackets):");
+    println!(
+        "- 1-thread p50: {} [≤ 1.0]; ÷ raw fan-out {} [≤ 1.35]",
+        both(
+            d(f.single.p50, threads.single.p50),
+            d(f.single.p50, tasks.single.p50),
+            false
+        ),
+        ratio(f.single.p50, raw.p50)
+    );
+    println!(
+        "- {THREADS} callers, ops/s: {} [≥ 1.15 / ≥ 1.0]",
+        both(
+            f.many.ops_per_sec / threads.many.ops_per_sec,
+            f.many.ops_per_sec / tasks.many.ops_per_sec,
+            true
+        )
+    );
+    for (label, mine, theirs, theirs_tasks, target) in [
+        (
+            "client CPU / op, 1 thread",
+            f.single.client_cpu,
+            threads.single.client_cpu,
+            tasks.single.client_cpu,
+            "≤ 0.8",
+        ),
+        (
+            "client CPU / op, 16",
+            f.many.client_cpu,
+            threads.many.client_cpu,
+            tasks.many.client_cpu,
+            "≤ 0.8",
+        ),
+        (
+            "servers' CPU / op, 1 thread",
+            f.single.server_cpu,
+            threads.single.server_cpu,
+            tasks.single.server_cpu,
+            "≤ 1.8",
+        ),
+        (
+            "servers' CPU / op, 16",
+            f.many.server_cpu,
+            threads.many.server_cpu,
+            tasks.many.server_cpu,
+            "≤ 1.8",
+        ),
+    ] {
         println!(
-            "\nredfence ÷ rslock (targets in brackets): 1-thread p50 {} [≤ 0.95], vs raw {} \
-             [≤ 1.15]; client CPU / op {} at 1 thread, {} at {THREADS} [≤ 0.8]; servers' CPU / op \
-             {} at 1 thread, {} at {THREADS} [≤ 1.3]; {THREADS}-thread ops/s {} [≥ 1.1]",
-            ratio(f.single.p50, r.single.p50),
-            ratio(f.single.p50, raw.p50),
-            cpu_ratio(f.single.client_cpu, r.single.client_cpu),
-            cpu_ratio(f.many.client_cpu, r.many.client_cpu),
-            cpu_ratio(f.single.server_cpu, r.single.server_cpu),
-            cpu_ratio(f.many.server_cpu, r.many.server_cpu),
-            ratio_f64(f.many.ops_per_sec, r.many.ops_per_sec)
-        );
-        // rslock is async: as tokio tasks it runs its own way, and that is
-        // the comparison its users make.
-        println!(
-            "\nredfence ({THREADS} threads) ÷ rslock ({THREADS} tokio tasks): ops/s {}, client CPU \
-             / op {}, servers' CPU / op {}",
-            ratio_f64(f.many.ops_per_sec, rslock_tasks.ops_per_sec),
-            cpu_ratio(f.many.client_cpu, rslock_tasks.client_cpu),
-            cpu_ratio(f.many.server_cpu, rslock_tasks.server_cpu)
+            "- {label}: {} [{target}]",
+            both(cpu(mine, theirs), cpu(mine, theirs_tasks), false)
         );
     }
 }
@@ -335,6 +408,7 @@ fn stopped_runs(
     lockers: &[Arc<dyn Locker>],
     healthy: &[Healthy],
     raw_healthy: &Sample,
+    rslock: (&tokio::runtime::Runtime, &rslock::LockManager, &Sample),
 ) -> Vec<Line> {
     let live: Vec<redis::Connection> = cluster.iter().take(4).map(|s| s.connection()).collect();
     let ops = settings.stopped_ops;
@@ -388,6 +462,22 @@ fn stopped_runs(
             sample,
             color: locker.color(),
         });
+    }
+    let (runtime, manager, healthy_task) = rslock;
+    match rslock_task_single(runtime, manager, ops, HANG_TIMEOUT, STOPPED_BUDGET) {
+        Ok(s) => println!(
+            "| rslock 0.10, one tokio task | {} | {} | {} | {} | {:.0} | {} |",
+            s.ops + s.errors,
+            fmt_dur(s.p50),
+            fmt_dur(s.p99),
+            ratio(s.p50, healthy_task.p50),
+            s.ops_per_sec,
+            s.errors
+        ),
+        Err(completed) => println!(
+            "| rslock 0.10, one tokio task | {completed} | hangs | hangs | - | - | no op finished \
+             in {HANG_TIMEOUT:?} |"
+        ),
     }
     cluster.server(4).cont();
     // Let the threads given up on finish the op they were in, so that they
@@ -477,7 +567,11 @@ fn network_table(settings: &Settings, cluster: &RedisServers, runtime: &tokio::r
     // A round trip costs a millisecond or more here: a tenth of the ops.
     let ops = (settings.ops / 10).max(1);
     let warm_up = (ops / 5).max(5);
-    let (lockers, _) = lockers(&urls, runtime);
+    let (lockers, manager) = lockers(&urls, runtime);
+    let as_task = |ops| {
+        rslock_task_single(runtime, &manager, ops, HANG_TIMEOUT, STOPPED_BUDGET).unwrap_or_default()
+    };
+    let _ = as_task(warm_up);
     let _ = raw_baseline_on(connect(), warm_up);
     for locker in &lockers {
         let _ = single_thread(warm_up, |resource: &str| locker.lock_release(resource));
@@ -485,7 +579,9 @@ fn network_table(settings: &Settings, cluster: &RedisServers, runtime: &tokio::r
     let _ = raw_connect_per_command(&urls, warm_up);
     let (mut raws, mut raws_connecting) = (Vec::new(), Vec::new());
     let mut samples = vec![Vec::new(); lockers.len()];
+    let mut task_samples = Vec::new();
     for _ in 0..settings.repeats {
+        task_samples.push(as_task(ops));
         raws.push(raw_baseline_on(connect(), ops));
         raws_connecting.push(raw_connect_per_command(&urls, ops));
         for (locker, samples) in lockers.iter().zip(&mut samples) {
@@ -518,7 +614,8 @@ fn network_table(settings: &Settings, cluster: &RedisServers, runtime: &tokio::r
             .iter()
             .zip(&samples)
             .map(|(locker, samples)| (locker.name(), Sample::median(samples))),
-    );
+    )
+    .chain([("rslock 0.10, one tokio task", Sample::median(&task_samples))]);
     for (name, s) in rows {
         println!(
             "| {name} | {} | {} | {} | {} | {} |",
@@ -551,6 +648,13 @@ fn main() {
         settings.stopped_ops
     );
 
+    let (trip, trip_cpu) = bench_support::wake_up_cost(20_000);
+    println!(
+        "a wake-up on this machine (two threads waking each other, `park`/`unpark`): {} round \
+         trip, {} of CPU per round trip (each round trip is two wake-ups)\n",
+        fmt_dur(trip),
+        fmt_dur(trip_cpu)
+    );
     let cluster = RedisServers::start(5);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -558,15 +662,18 @@ fn main() {
         .expect("tokio runtime");
     let (lockers, rslock_manager) = lockers(&cluster.urls(), &runtime);
 
-    let (raw, healthy) = healthy_runs(&settings, &cluster, &lockers);
-    let tasks = repeat(settings.repeats, || {
-        with_cpu(&cluster, || {
-            rslock_tasks(&runtime, &rslock_manager, THREADS, settings.secs)
-        })
-    });
+    let (raw, healthy, tasks) =
+        healthy_runs(&settings, &cluster, &lockers, (&runtime, &rslock_manager));
     print_healthy(&settings, &raw, &healthy, &tasks);
 
-    let stopped = stopped_runs(&settings, &cluster, &lockers, &healthy, &raw);
+    let stopped = stopped_runs(
+        &settings,
+        &cluster,
+        &lockers,
+        &healthy,
+        &raw,
+        (&runtime, &rslock_manager, &tasks.single),
+    );
     let healthy_lines = std::iter::once(Line {
         label: "raw SET NX PX + DEL ×5".into(),
         sample: Some(raw),
