@@ -23,7 +23,8 @@
 //!   waits for all five, where a client may go on with a quorum of three);
 //! - **redfence** (this repository, sync);
 //! - **rslock** (0.10, async on tokio; driven with `Handle::block_on` from
-//!   plain threads, and also as 16 tokio tasks for the throughput);
+//!   plain threads, and also as tokio tasks, its own way, in every
+//!   scenario: one task for the one-caller ones, 16 for the throughput);
 //! - **redlock-rs** (2.0, sync; opens a new connection per command, which is
 //!   its real cost and is kept).
 //!
@@ -59,8 +60,13 @@
 //! ones, so tokio's and each client's background threads count, and the
 //! other clients idle meanwhile), and **servers' CPU / op**, the time on
 //! the CPU of the five `redis-server` processes
-//! (`/proc/<pid>/task/*/schedstat`). A summary line gives redfence's
-//! figures as multiples of rslock's, the targets.
+//! (`/proc/<pid>/task/*/schedstat`); and three counts per op: the client's
+//! sleeps and preemptions (`ru_nvcsw`, `ru_nivcsw`), the servers' context
+//! switches (`/proc/<pid>/task/*/status`) and the process's allocations
+//! (a counting global allocator). The run opens with the cost of one
+//! wake-up on the machine. A summary gives redfence's figures as
+//! multiples of rslock's, from threads and as tasks, and the worse of the
+//! two, against the targets.
 //!
 //! ## The chart
 //!
