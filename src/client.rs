@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use crate::error::{InstanceError, NO_ANSWER};
-use crate::guard::{KeepAlive, LockGuard, MultiGuard};
+use crate::guard::{ClientCore, KeepAlive, LockGuard, MultiGuard};
 use crate::lock::acquire::{self, Grant, Lifetime};
 use crate::lock::lease::Lease;
 use crate::lock::retry::Waiting;
@@ -90,6 +90,12 @@ impl Step for Target {
     }
 }
 
+impl ClientCore for Inner {
+    fn shared(&self) -> &Shared {
+        &self.shared
+    }
+}
+
 /// Longest time a ping waits past its deadline for the workers' answers.
 const PING_GRACE: Duration = Duration::from_millis(50);
 
@@ -109,10 +115,6 @@ impl Redlock {
                 shared,
             }),
         })
-    }
-
-    pub(crate) fn shared_arc(&self) -> &Arc<Shared> {
-        &self.inner.shared
     }
 
     pub(crate) fn shared(&self) -> &Shared {
@@ -157,11 +159,7 @@ impl Redlock {
     pub fn lock_with(&self, resource: &str, options: LockOptions) -> Result<LockGuard, Error> {
         let target = Target::one(&self.shared().cfg.prefix, resource);
         let lease = self.acquire(resource, target, options)?;
-        Ok(LockGuard::new(
-            Arc::clone(&self.inner.shared),
-            lease,
-            self.keep_alive(),
-        ))
+        Ok(LockGuard::new(lease, self.keep_alive()))
     }
 
     /// Locks every resource in `resources` together, all or nothing,
@@ -220,11 +218,7 @@ impl Redlock {
     ) -> Result<MultiGuard, Error> {
         let target = Target::all(&self.shared().cfg.prefix, resources);
         let lease = self.acquire(&resources.join(", "), target, options)?;
-        Ok(MultiGuard::new(
-            Arc::clone(&self.inner.shared),
-            lease,
-            self.keep_alive(),
-        ))
+        Ok(MultiGuard::new(lease, self.keep_alive()))
     }
 
     pub(crate) fn keep_alive(&self) -> KeepAlive {

@@ -12,25 +12,32 @@ use crate::lock::shared::Shared;
 use crate::telemetry;
 use crate::{Error, FencingToken, LossReason};
 
-/// Keeps the client's threads (workers, watchdog, subscribers) running while
-/// a guard lives, even after the program dropped every clone of the client.
-pub(crate) type KeepAlive = Arc<dyn std::any::Any + Send + Sync>;
+/// A guard's one handle on its client: the state its calls need, and with
+/// it the client's threads (workers, watchdog, subscribers), kept running
+/// while a guard lives, even after the program dropped every clone of the
+/// client. (A trait, so that guards need not know the client's type, which
+/// knows theirs.)
+pub(crate) trait ClientCore: Send + Sync {
+    fn shared(&self) -> &Shared;
+}
+
+/// See [`ClientCore`].
+pub(crate) type KeepAlive = Arc<dyn ClientCore>;
 
 /// What both guards hold, and what they do alike.
 struct Held {
-    shared: Arc<Shared>,
     lease: Arc<Lease>,
-    _client: KeepAlive,
+    client: KeepAlive,
 }
 
 impl Held {
-    fn new(shared: Arc<Shared>, lease: Arc<Lease>, client: KeepAlive) -> Self {
+    fn new(lease: Arc<Lease>, client: KeepAlive) -> Self {
         telemetry::guard_created();
-        Held {
-            shared,
-            lease,
-            _client: client,
-        }
+        Held { lease, client }
+    }
+
+    fn shared(&self) -> &Shared {
+        self.client.shared()
     }
 
     fn ensure_held(&self) -> Result<(), Error> {
@@ -41,20 +48,20 @@ impl Held {
     }
 
     fn extend(&self, ttl: Duration) -> Result<(), Error> {
-        let shared = &self.shared;
+        let shared = self.shared();
         shared.cfg.validate(&shared.cfg.defaults.ttl(ttl))?;
         lease::begin_extend(shared, &self.lease, ttl)?.finish(shared)
     }
 
     fn release(&self) -> Result<(), Error> {
-        lease::release(&self.shared, &self.lease)
+        lease::release(self.shared(), &self.lease)
         // Drop finds the lease released and does nothing more.
     }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        lease::send_release(&self.shared, &self.lease, false);
+        lease::send_release(self.shared(), &self.lease, false);
         telemetry::guard_dropped();
     }
 }
@@ -154,9 +161,9 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
-    pub(crate) fn new(shared: Arc<Shared>, lease: Arc<Lease>, client: KeepAlive) -> Self {
+    pub(crate) fn new(lease: Arc<Lease>, client: KeepAlive) -> Self {
         LockGuard {
-            held: Held::new(shared, lease, client),
+            held: Held::new(lease, client),
         }
     }
 
@@ -213,9 +220,9 @@ pub struct MultiGuard {
 }
 
 impl MultiGuard {
-    pub(crate) fn new(shared: Arc<Shared>, lease: Arc<Lease>, client: KeepAlive) -> Self {
+    pub(crate) fn new(lease: Arc<Lease>, client: KeepAlive) -> Self {
         MultiGuard {
-            held: Held::new(shared, lease, client),
+            held: Held::new(lease, client),
         }
     }
 
@@ -281,17 +288,11 @@ pub struct Permit {
 }
 
 impl Permit {
-    pub(crate) fn new(
-        shared: Arc<Shared>,
-        lease: Arc<Lease>,
-        client: KeepAlive,
-        semaphore: &str,
-        slot: u32,
-    ) -> Self {
+    pub(crate) fn new(lease: Arc<Lease>, client: KeepAlive, semaphore: &str, slot: u32) -> Self {
         telemetry::permit_created(semaphore);
-        shared.permit_taken(semaphore, slot);
+        client.shared().permit_taken(semaphore, slot);
         Permit {
-            held: Held::new(shared, lease, client),
+            held: Held::new(lease, client),
             slot,
             semaphore: semaphore.to_string(),
         }
@@ -320,7 +321,7 @@ impl Permit {
 impl Drop for Permit {
     fn drop(&mut self) {
         telemetry::permit_dropped(&self.semaphore);
-        self.held.shared.permit_gone(&self.semaphore, self.slot);
+        self.held.shared().permit_gone(&self.semaphore, self.slot);
     }
 }
 
@@ -354,9 +355,9 @@ pub struct WriteGuard {
 macro_rules! rw_guard {
     ($guard:ident, $what:literal) => {
         impl $guard {
-            pub(crate) fn new(shared: Arc<Shared>, lease: Arc<Lease>, client: KeepAlive) -> Self {
+            pub(crate) fn new(lease: Arc<Lease>, client: KeepAlive) -> Self {
                 $guard {
-                    held: Held::new(shared, lease, client),
+                    held: Held::new(lease, client),
                 }
             }
 

@@ -96,11 +96,8 @@ impl RwLock {
     /// `hold_at_least` is refused: it is for locks.
     pub fn read_with(&self, options: LockOptions) -> Result<ReadGuard, Error> {
         let lease = self.acquire(false, options)?;
-        let (shared, keep) = (
-            Arc::clone(self.client.shared_arc()),
-            self.client.keep_alive(),
-        );
-        Ok(ReadGuard::new(shared, lease, keep))
+        let keep = self.client.keep_alive();
+        Ok(ReadGuard::new(lease, keep))
     }
 
     /// Writes, waiting (up to the client's default wait) while a writer
@@ -128,11 +125,8 @@ impl RwLock {
     /// `hold_at_least` is refused: it is for locks.
     pub fn write_with(&self, options: LockOptions) -> Result<WriteGuard, Error> {
         let lease = self.acquire(true, options)?;
-        let (shared, keep) = (
-            Arc::clone(self.client.shared_arc()),
-            self.client.keep_alive(),
-        );
-        Ok(WriteGuard::new(shared, lease, keep))
+        let keep = self.client.keep_alive();
+        Ok(WriteGuard::new(lease, keep))
     }
 
     /// Revokes the writer and every reader that hold this lock on a

@@ -12,7 +12,6 @@
 //! Everything a lock guarantees holds per slot, because a slot is a lock;
 //! `tests/model_semaphore.rs` checks how the slots and the count compose.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::Value;
@@ -120,7 +119,6 @@ impl Semaphore {
         // Set by `Target::permit`, the only target a permit step makes.
         let slot = lease.target.permit_slot.unwrap_or_default();
         Ok(Permit::new(
-            Arc::clone(self.client.shared_arc()),
             lease,
             self.client.keep_alive(),
             &self.name,
