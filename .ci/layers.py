@@ -154,8 +154,8 @@ def self_test() -> int:
             "upward: address (base) uses lock::moment (lock)",
         ),
         "options.rs": (
-            "\nfn planted_b() { let _ = crate::transport\n    ::quorum::yes_no; }\n",
-            "upward: options (base) uses transport::quorum (transport)",
+            "\nfn planted_b() { let _ = crate::transport\n    ::round::yes_no; }\n",
+            "upward: options (base) uses transport::round (transport)",
         ),
     }
     with tempfile.TemporaryDirectory() as tmp:

@@ -19,7 +19,7 @@ use crate::transport::cluster::{ClusterPosition, ShardSettings};
 use crate::transport::connection::{open_client, Manager, TlsSettings, Warmup};
 use crate::transport::instance::{Instance, InstanceConfig};
 use crate::transport::notify::{Notifier, Source};
-use crate::transport::quorum::Instances;
+use crate::transport::round::{Instances, PositionState};
 use crate::transport::voter::Voter;
 use crate::{Error, LockOptions};
 
@@ -292,19 +292,20 @@ impl RedlockBuilder {
         let clients = self.open_clients(&positions)?;
         let start = VoterStart::new(&self.config, &self.tls, positions.len());
         let mut list = Vec::with_capacity(positions.len());
-        let mut clocks = Vec::with_capacity(positions.len());
-        let mut support = Vec::with_capacity(positions.len());
         for (index, (position, client)) in positions.into_iter().zip(&clients).enumerate() {
             let clock = Arc::new(InstanceClock::default());
-            let native = Arc::new(native::Support::default());
-            list.push(start.voter(index, position, client.clone(), &clock, &native)?);
-            clocks.push(clock);
-            support.push(native);
+            let support = Arc::new(native::Support::default());
+            let voter = start.voter(index, position, client.clone(), &clock, &support)?;
+            list.push(PositionState {
+                voter,
+                clock,
+                support,
+            });
         }
         let sources = list
             .iter()
             .zip(clients)
-            .map(|(voter, client)| match voter {
+            .map(|(position, client)| match &position.voter {
                 Voter::Standalone(_) => Source::Server(client),
                 Voter::Cluster(cluster) => Source::Cluster(cluster.shards()),
             })
@@ -313,7 +314,7 @@ impl RedlockBuilder {
         let cfg = self.config;
         let notifier = Notifier::start(sources, cfg.connect_timeout, cfg.instance_timeout)
             .map_err(|e| Error::invalid_config(format!("cannot start a subscriber thread: {e}")))?;
-        let shared = Shared::new(cfg, Instances::new(list, clocks, support), warmup);
+        let shared = Shared::new(cfg, Instances::new(list), warmup);
         Redlock::start(shared, notifier)
     }
 

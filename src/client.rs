@@ -104,7 +104,7 @@ impl Redlock {
         let shared = Arc::new(shared);
         // A cluster position's series are its shards', named when each is
         // found (`instance_started`), not the position's.
-        let standalone = shared.instances.voters().iter().filter(|v| !v.is_cluster());
+        let standalone = shared.instances.voters().filter(|v| !v.is_cluster());
         telemetry::client_built(standalone.map(|v| v.name()));
         let watchdog = Watchdog::start(Arc::clone(&shared))
             .map_err(|e| Error::invalid_config(format!("cannot start the watchdog thread: {e}")))?;
@@ -540,7 +540,7 @@ impl Redlock {
         let deadline = shared.round_deadline();
         let (tx, rx) = crossbeam_channel::unbounded();
         let mut out: Vec<ServerAnswer> = Vec::new();
-        for (position, voter) in shared.instances.voters().iter().enumerate() {
+        for (position, voter) in shared.instances.voters().enumerate() {
             let first = out.len();
             let names = voter.each_server(|_| {
                 let row = out.len();

@@ -357,12 +357,12 @@ impl Redlock {
         let keyless = permissions::keyless();
         packed.extend(permissions::packed(&keyless));
         let answers = self.ask_each_server(packed.into(), PROBES + keyless.len());
-        let voters = self.shared().instances.voters();
+        let instances = &self.shared().instances;
         let mut rows: Vec<InstanceReport> = Vec::with_capacity(answers.len());
         let mut pinged = Vec::with_capacity(answers.len());
         let mut run_ids: HashMap<String, Vec<usize>> = HashMap::new();
         for (position, name, answer, _) in answers {
-            let shard = voters.get(position).is_some_and(|v| v.is_cluster());
+            let shard = instances.voter(position).is_some_and(|v| v.is_cluster());
             let seen = examine(
                 InstanceReport::new(name, position),
                 answer,

@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 use crate::protocol::keys::validate_resource;
 use crate::protocol::scripts;
 use crate::transport::outgoing::Outgoing;
-use crate::transport::quorum::yes_no;
+use crate::transport::round::yes_no;
 use crate::{telemetry, Error, FencingToken, LockGuard, LockOptions, LossReason, Redlock};
 
 /// How long one lock call of a campaign waits before the campaign looks at

@@ -14,7 +14,7 @@ use crate::protocol::keys::{Keys, RwKeys};
 use crate::protocol::majority::Quorum;
 use crate::protocol::scripts;
 use crate::transport::outgoing::Outgoing;
-use crate::transport::quorum::{error_reply, unexpected, Vote};
+use crate::transport::round::{error_reply, unexpected, Vote};
 use crate::Error;
 
 /// Who holds a lock, as a quorum of the instances sees it: returned by

@@ -203,6 +203,6 @@ impl RwLock {
         let out = Outgoing::to_slot(keys.slot, pack(false)).on_cluster(&on_cluster);
         shared
             .instances
-            .deliver(&out, Instant::now() + ttl, None, |_| true);
+            .send_persistent(&out, Instant::now() + ttl, None, |_| true);
     }
 }

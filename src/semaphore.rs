@@ -25,7 +25,7 @@ use crate::protocol::majority::Quorum;
 use crate::protocol::scripts;
 use crate::transport::notify::Tag;
 use crate::transport::outgoing::Outgoing;
-use crate::transport::quorum::{error_reply, unexpected, Tally, Vote};
+use crate::transport::round::{error_reply, unexpected, Tally, Vote};
 use crate::{Error, LockOptions};
 
 /// Most permits one semaphore may have: every attempt lists every slot.

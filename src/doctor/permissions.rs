@@ -252,7 +252,7 @@ impl Redlock {
         let deadline = shared.round_deadline();
         let (tx, rx) = crossbeam_channel::unbounded();
         let mut sent = 0;
-        for (position, voter) in shared.instances.voters().iter().enumerate() {
+        for (position, voter) in shared.instances.voters().enumerate() {
             if voter.is_cluster() {
                 continue;
             }

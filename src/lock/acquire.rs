@@ -35,7 +35,7 @@ use crate::protocol::scripts;
 use crate::protocol::split::Combine;
 use crate::telemetry;
 use crate::transport::outgoing::Outgoing;
-use crate::transport::quorum::{all_yes, error_reply, unexpected, Tally, Vote};
+use crate::transport::round::{all_yes, error_reply, unexpected, Tally, Vote};
 use crate::{Error, FencingToken, InstanceError};
 
 /// A granted lock, before it becomes a guard.
@@ -178,7 +178,7 @@ impl<'a> Attempt<'a> {
         let until = self.start + self.keys_ttl;
         self.shared
             .instances
-            .deliver(&out, until, None, |i| !refused(i));
+            .send_persistent(&out, until, None, |i| !refused(i));
     }
 
     /// Why a vote without a quorum failed: a key of another type, too many

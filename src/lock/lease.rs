@@ -19,7 +19,7 @@ use crate::telemetry;
 use crate::transport::instance::Sink;
 use crate::transport::notify::UNTAGGED;
 use crate::transport::outgoing::Outgoing;
-use crate::transport::quorum::{yes_no, Round, Vote};
+use crate::transport::round::{yes_no, Round, Vote};
 use crate::{Error, FencingToken, LockOptions, LossReason};
 
 /// A lease's renewal state, as the watchdog reads it.
@@ -309,7 +309,7 @@ pub(crate) fn send_release(
     let sink = round.clone().map(|r| -> Sink { r });
     shared
         .instances
-        .deliver(&out, deadline, sink.as_ref(), |_| true);
+        .send_persistent(&out, deadline, sink.as_ref(), |_| true);
     round
 }
 
@@ -345,7 +345,9 @@ pub(crate) fn undo(shared: &Shared, lease: &Lease) {
         Outgoing::about(&lease.target, pack(&lease.target, false), &part).on_cluster(&on_cluster);
     // The keys live at most this long (`Lifetime`): no use after.
     let until = Instant::now() + lease.keys_ttl.saturating_sub(lease.acquired_at.elapsed());
-    shared.instances.deliver(&out, until, None, |_| true);
+    shared
+        .instances
+        .send_persistent(&out, until, None, |_| true);
 }
 
 /// What a release of `lease` announces: a permit's `slot:token`, which no

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 
 use crate::lock::config::Config;
 use crate::transport::connection::Warmup;
-use crate::transport::quorum::Instances;
+use crate::transport::round::Instances;
 
 /// Settings and the instances' workers, shared by the client's clones, its
 /// guards and its watchdog.

@@ -38,7 +38,7 @@ const MAX_OWED: usize = 64 * 1024;
 pub(crate) type Replies = Result<Vec<Value>, InstanceError>;
 
 /// Where a worker hands the replies to a request: the caller's round (see
-/// `quorum.rs`), which wakes the caller once the outcome is decided, or a
+/// `round.rs`), which wakes the caller once the outcome is decided, or a
 /// ping's row (`client.rs`).
 pub(crate) trait Collect: Send + Sync {
     fn deliver(&self, index: usize, replies: Replies);

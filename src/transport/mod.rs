@@ -10,7 +10,7 @@ pub(crate) mod connection;
 pub(crate) mod instance;
 pub(crate) mod notify;
 pub(crate) mod outgoing;
-pub(crate) mod quorum;
+pub(crate) mod round;
 #[cfg(feature = "tls-rustls")]
 pub(crate) mod tls;
 pub(crate) mod voter;

@@ -2,7 +2,7 @@
 //! packed commands, the native form some servers run instead, and, for a
 //! client with a Redis Cluster position, how it reaches the shards (one
 //! slot, or one part per slot). The caller says what the request is about;
-//! the fan-out (`quorum.rs`) decides how to route it.
+//! the fan-out (`round.rs`) decides how to route it.
 
 use std::sync::Arc;
 

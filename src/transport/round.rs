@@ -23,13 +23,21 @@ use crate::transport::voter::Voter;
 
 /// The set of instances a client locks on.
 pub(crate) struct Instances {
-    list: Vec<Voter>,
+    list: Vec<PositionState>,
+    /// Their names, shared with every round (for its errors).
     names: Arc<[String]>,
-    clocks: Vec<Arc<InstanceClock>>,
-    /// What each instance's connection runs natively (`native.rs`).
-    support: Vec<Arc<Support>>,
     /// Some position is a Redis Cluster: requests get their cluster forms.
     has_cluster: bool,
+}
+
+/// What the client keeps of one position: its voter, and what it learns of
+/// the position as it goes.
+pub(crate) struct PositionState {
+    pub voter: Voter,
+    /// Its clock, read with the requests (`clock.rs`).
+    pub clock: Arc<InstanceClock>,
+    /// What its latest connection runs natively (`native.rs`).
+    pub support: Arc<Support>,
 }
 
 /// How one instance voted.
@@ -65,18 +73,12 @@ impl<Y, N> Tally<Y, N> {
 }
 
 impl Instances {
-    pub fn new(
-        list: Vec<Voter>,
-        clocks: Vec<Arc<InstanceClock>>,
-        support: Vec<Arc<Support>>,
-    ) -> Self {
-        let names = list.iter().map(|i| i.name().to_string()).collect();
+    pub fn new(list: Vec<PositionState>) -> Self {
+        let names = list.iter().map(|p| p.voter.name().to_string()).collect();
         Instances {
-            has_cluster: list.iter().any(Voter::is_cluster),
+            has_cluster: list.iter().any(|p| p.voter.is_cluster()),
             list,
             names,
-            clocks,
-            support,
         }
     }
 
@@ -92,20 +94,26 @@ impl Instances {
         self.names.iter().map(String::as_str)
     }
 
-    /// The voters, for requests that go to each server behind them (ping).
-    pub fn voters(&self) -> &[Voter] {
-        &self.list
+    /// The voters, in position order, for requests that go to each server
+    /// behind them (ping).
+    pub fn voters(&self) -> impl ExactSizeIterator<Item = &Voter> {
+        self.list.iter().map(|p| &p.voter)
+    }
+
+    /// The voter at position `index`.
+    pub fn voter(&self, index: usize) -> Option<&Voter> {
+        self.list.get(index).map(|p| &p.voter)
     }
 
     /// The proposal for new tokens sent with an acquire (see `clock.rs`).
     pub fn clock_proposal(&self) -> u64 {
-        clock::proposal(self.clocks.iter().map(Arc::as_ref))
+        clock::proposal(self.list.iter().map(|p| p.clock.as_ref()))
     }
 
     /// Records a `TIME` reply of position `index`, read in a round of its
     /// own, for the proposal of new tokens.
     pub fn record_clock(&self, index: usize, reply: &Value, sent: Instant, received: Instant) {
-        if let Some(clock) = self.clocks.get(index) {
+        if let Some(clock) = self.list.get(index).map(|p| &p.clock) {
             clock.record(reply, sent, received);
         }
     }
@@ -113,13 +121,13 @@ impl Instances {
     /// What position `index`'s latest connection runs natively (nothing
     /// for a cluster position: its shards are not probed).
     pub fn native_commands(&self, index: usize) -> Option<crate::protocol::native::Commands> {
-        self.support.get(index).map(|s| s.commands())
+        self.list.get(index).map(|p| p.support.commands())
     }
 
     /// Whether some instance's connection extends natively, so that an
     /// extension's native form may be sent.
     pub fn extends_natively(&self) -> bool {
-        self.support.iter().any(|s| s.extends_natively())
+        self.list.iter().any(|p| p.support.extends_natively())
     }
 
     /// Whether some instance's connection releases natively, so that a
@@ -127,7 +135,7 @@ impl Instances {
     /// without one: packing it anyway cost a third of a lock + release's
     /// allocations).
     pub fn releases_natively(&self) -> bool {
-        self.support.iter().any(|s| s.releases_natively())
+        self.list.iter().any(|p| p.support.releases_natively())
     }
 
     /// Queues `out` on every instance and returns the round that counts
@@ -147,7 +155,7 @@ impl Instances {
     /// Queues a request that must reach its instances (a release): a
     /// worker that cannot deliver it keeps retrying until `deadline`, even
     /// after the caller stopped waiting. `to` picks the instances.
-    pub fn deliver(
+    pub fn send_persistent(
         &self,
         out: &Outgoing<'_>,
         deadline: Instant,
@@ -166,7 +174,14 @@ impl Instances {
         to: impl Fn(usize) -> bool,
     ) {
         let route = out.route(self.has_cluster);
-        for (_, instance) in self.list.iter().enumerate().filter(|(i, _)| to(*i)) {
+        let chosen = self.list.iter().enumerate().filter(|(i, _)| to(*i));
+        for (
+            _,
+            PositionState {
+                voter: instance, ..
+            },
+        ) in chosen
+        {
             let mut req = Request::plain(
                 Arc::clone(out.packed()),
                 out.commands(),
