@@ -67,6 +67,16 @@ pub(crate) trait Step {
     fn took(&self, _tag: &[u8]) -> bool {
         false
     }
+    /// Its callers queue on the instances (a fair lock): none waits behind
+    /// this client's other calls before asking.
+    fn queues_on_instances(&self) -> bool {
+        false
+    }
+    /// After a refusal: a release it was woken for goes to this client's
+    /// next call in line (a fair lock's waiter that is not the head).
+    fn passes_on_wake_ups(&self) -> bool {
+        false
+    }
 }
 
 impl Step for Target {
@@ -285,7 +295,7 @@ impl Redlock {
         let cancelled = |name: &str| Error::Cancelled {
             resource: name.to_string(),
         };
-        if options.get_wait() > Duration::ZERO {
+        if options.get_wait() > Duration::ZERO && !step.queues_on_instances() {
             waiting.queue_behind_others();
         }
         loop {
@@ -315,6 +325,7 @@ impl Redlock {
                 return Err(cancelled(step.name()));
             }
             let error = failure.error.with_attempts(*attempts);
+            waiting.pass_on_wake_ups(step.passes_on_wake_ups());
             waiting.before_retry(error, failure.granted, attempt_start)?;
         }
     }
