@@ -37,8 +37,8 @@ use crate::{Error, LockOptions};
 pub const FAIR_HEARTBEAT: Duration = Duration::from_secs(1);
 
 /// The shortest heartbeat TTL a fair lock accepts: a waiter beats at
-/// least every 350 ms (a release wait of 250 ms after a skipped wake-up of
-/// at most a fifth of the TTL), with room for a round trip.
+/// least every 350 ms with it (a release wait of 250 ms after a skipped
+/// wake-up within a fifth of the TTL), with room for a round trip.
 pub const MIN_FAIR_HEARTBEAT: Duration = Duration::from_millis(500);
 
 /// The longest heartbeat TTL a fair lock accepts.
