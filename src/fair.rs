@@ -143,7 +143,10 @@ impl FairLock {
     /// dropped from the queue for a late heartbeat fails with
     /// [`Error::Skipped`].
     pub fn lock_with(&self, options: LockOptions) -> Result<LockGuard, Error> {
-        let step = self.step();
+        let step = self.step().map(|mut step| {
+            step.patient = options.get_wait() > Duration::ZERO;
+            step
+        });
         let queue = step
             .as_ref()
             .ok()
@@ -196,6 +199,7 @@ impl FairLock {
             ahead: None,
             last_beat: Instant::now(),
             queued: Arc::new(AtomicBool::new(false)),
+            patient: true,
         })
     }
 
@@ -224,6 +228,9 @@ struct FairStep {
     last_beat: Instant,
     /// It joined the queues (so it must leave them).
     queued: Arc<AtomicBool>,
+    /// The call may wait (a `try_lock` takes the lock or nothing, and
+    /// does not queue).
+    patient: bool,
 }
 
 impl FairStep {
@@ -267,7 +274,7 @@ impl FairStep {
         let Some(ticket) = tickets.iter().copied().max() else {
             return Err(failure);
         };
-        if !quorum.reached(tickets.len()) {
+        if !quorum.reached(tickets.len()) || !self.patient {
             return Err(failure);
         }
         self.join(shared, ticket)?;
