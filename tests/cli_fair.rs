@@ -24,12 +24,21 @@ fn status(cluster: &RedisServers, resource: &str, json: bool) -> String {
 #[test]
 fn run_fair_runs_the_command_under_the_lock() {
     let cluster = RedisServers::start(3);
-    let out = run(&cluster, &["--fair"], "fair-job", "echo token=$REDFENCE_TOKEN");
+    let out = run(
+        &cluster,
+        &["--fair"],
+        "fair-job",
+        "echo token=$REDFENCE_TOKEN",
+    );
     assert_eq!(code(out.status), 0, "{}", stderr(&out));
     assert!(stdout(&out).contains("token="), "{}", stdout(&out));
     let refused = run(&cluster, &["--fair", "--read"], "fair-job", "true");
     assert_ne!(code(refused.status), 0);
-    assert!(stderr(&refused).contains("exclude each other"), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("exclude each other"),
+        "{}",
+        stderr(&refused)
+    );
 }
 
 /// A waiting `run --fair` shows in `status` with its identity; released,
@@ -48,15 +57,20 @@ fn status_shows_the_queue_and_the_waiter_runs_after_the_release() {
     .spawn()
     .expect("redfence starts");
     assert!(
-        eventually(Duration::from_secs(10), || status(&cluster, "queued-job", false)
-            .contains("waiter-7")),
+        eventually(Duration::from_secs(10), || status(
+            &cluster,
+            "queued-job",
+            false
+        )
+        .contains("waiter-7")),
         "the waiter never showed: {}",
         status(&cluster, "queued-job", false)
     );
     let table = status(&cluster, "queued-job", false);
     assert!(table.contains("1 waiter(s) in line"), "{table}");
     assert!(table.contains("3/3"), "{table}");
-    let doc: serde_json::Value = serde_json::from_str(&status(&cluster, "queued-job", true)).unwrap();
+    let doc: serde_json::Value =
+        serde_json::from_str(&status(&cluster, "queued-job", true)).unwrap();
     assert_eq!(doc["queue"][0]["waiter"], "waiter-7", "{doc}");
     assert!(doc["queue"][0]["ticket"].as_u64().is_some(), "{doc}");
     held.release().unwrap();

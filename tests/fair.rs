@@ -159,7 +159,10 @@ fn a_waiter_cancelled_in_the_middle_leaves_the_queue() {
     }
     cancel.cancel();
     let middle = waiters.remove(1);
-    assert!(matches!(middle.join().unwrap(), Err(Error::Cancelled { .. })));
+    assert!(matches!(
+        middle.join().unwrap(),
+        Err(Error::Cancelled { .. })
+    ));
     assert!(
         eventually(PATIENCE, || queued(&cluster, "cancel") == [2, 2, 2]),
         "the cancelled waiter stayed queued: {:?}",
@@ -208,7 +211,10 @@ fn child_fair_waiter() {
         return;
     };
     let locks = Redlock::new(urls.split(',')).unwrap();
-    let outcome = match locks.fair_lock("dead").try_lock_for(Duration::from_secs(60)) {
+    let outcome = match locks
+        .fair_lock("dead")
+        .try_lock_for(Duration::from_secs(60))
+    {
         Ok(guard) => {
             drop(guard);
             "granted".to_string()
@@ -226,7 +232,10 @@ fn a_killed_waiter_at_the_head_is_skipped() {
     let cluster = RedisServers::start(3);
     let locks = warm_client(&cluster);
     let holder = locks.fair_lock("dead").lock().unwrap();
-    let child = ChildTest::spawn("child_fair_waiter", &[(CHILD_URLS, cluster.urls().join(","))]);
+    let child = ChildTest::spawn(
+        "child_fair_waiter",
+        &[(CHILD_URLS, cluster.urls().join(","))],
+    );
     wait_queued(&cluster, "dead", 1);
     let granted = Arc::new(Mutex::new(Vec::new()));
     let next = waiter(&cluster, "dead", 1, &granted, LockOptions::new());
@@ -246,8 +255,10 @@ fn a_paused_waiter_is_skipped_and_told_when_it_comes_back() {
     let cluster = RedisServers::start(3);
     let locks = warm_client(&cluster);
     let holder = locks.fair_lock("dead").lock().unwrap();
-    let mut child =
-        ChildTest::spawn("child_fair_waiter", &[(CHILD_URLS, cluster.urls().join(","))]);
+    let mut child = ChildTest::spawn(
+        "child_fair_waiter",
+        &[(CHILD_URLS, cluster.urls().join(","))],
+    );
     wait_queued(&cluster, "dead", 1);
     child.sigstop();
     let granted = Arc::new(Mutex::new(Vec::new()));
@@ -255,7 +266,11 @@ fn a_paused_waiter_is_skipped_and_told_when_it_comes_back() {
     wait_queued(&cluster, "dead", 2);
     holder.release().unwrap();
     next.join().unwrap().unwrap();
-    assert_eq!(granted.lock().unwrap().len(), 1, "the paused head blocked the queue");
+    assert_eq!(
+        granted.lock().unwrap().len(),
+        1,
+        "the paused head blocked the queue"
+    );
     child.sigcont();
     let line = child.next_report(PATIENCE);
     assert!(line.contains("outcome=skipped"), "{line}");

@@ -15,8 +15,9 @@
 //! * **The scripts**, each atomic on one instance, each first purging the
 //!   queue's entries whose liveness expired. `ticket(c)`: if the queue is
 //!   empty and the lock free, the lock is `c`'s (a grant: the fast path of
-//!   an uncontended lock, one round); either way the counter goes up by
-//!   one and the reply carries it. `enqueue(c, t)`: the counter becomes at
+//!   an uncontended lock, one round); otherwise the reply carries a
+//!   ticket, the counter plus one, which it does not write (a grant
+//!   carries none). `enqueue(c, t)`: the counter becomes at
 //!   least `t`; `c`'s entry is added with ticket `t` if it is missing, and
 //!   its liveness made current. `acquire(c)`: granted again if the lock
 //!   holds `c` already (a resend); "gone" if `c` has no entry; otherwise
@@ -25,16 +26,18 @@
 //!   its entry removed (a grant); else refused. `withdraw(c)`: removes
 //!   `c`'s entry.
 //! * **The client** sends `ticket` to every instance and decides on any
-//!   quorum of replies: a quorum of grants holds the lock; otherwise its
-//!   ticket is the *largest* ticket of that quorum, and it sends
+//!   quorum of replies: a quorum of grants holds the lock; a quorum of
+//!   tickets makes its ticket the *largest* of them, and it sends
 //!   `enqueue` to every instance, then, once a quorum acknowledged,
 //!   attempts (`acquire` to every instance) until a quorum grants (it
 //!   holds, and sends `withdraw` everywhere to leave the queues of the
 //!   instances that did not grant), a quorum says "gone" (it lost its
 //!   place and is told), or it gives up (a timeout or a cancel: `withdraw`
 //!   everywhere). A round with a grant short of a quorum sends `enqueue`
-//!   again (the grant removed the entry there; the clean-up of the lock is
-//!   a release, modelled by the lock's expiry below).
+//!   again (the grant removed the entry there). A round with neither
+//!   quorum is followed by another (a new value) or the client gives up.
+//!   A round that fails with grants sends its clean-up, `release(c)`,
+//!   deleting the lock where it holds that attempt's value.
 //! * **Requests** land on each instance at any later point, up to twice,
 //!   or never. Successive attempt rounds send the same request (same
 //!   caller, same arguments), so the model keeps one per instance: an old
@@ -340,16 +343,16 @@ impl FairModel {
         self.purge(&mut s.inst[i]);
         let me = mine(s, c);
         let inst = &mut s.inst[i];
-        inst.tickets += 1;
-        let ticket = inst.tickets;
-        s.max_ticket = s.max_ticket.max(ticket);
+        // Read only: the join raises the counters.
+        let ticket = inst.tickets + 1;
         if inst.queue.is_empty() && inst.lock.is_none() {
             Self::grant(s, c, i);
-            return Reply::Granted(ticket);
+            return Reply::Granted(0);
         }
         if inst.lock == Some(me) {
-            return Reply::Granted(ticket);
+            return Reply::Granted(0);
         }
+        s.max_ticket = s.max_ticket.max(ticket);
         Reply::Ticket(ticket)
     }
 
@@ -415,14 +418,21 @@ impl FairModel {
         }
         match caller.phase {
             Phase::Ticket if granted >= QUORUM => caller.phase = Phase::Hold,
+            Phase::Ticket if Self::tickets(&replies).count() < QUORUM => {
+                // Too few tickets (grants carry none): another ticket
+                // round, with a value of its own, or give up.
+                if caller.attempt < ROUNDS {
+                    caller.attempt += 1;
+                    caller.expired = false;
+                    caller.links.iter_mut().for_each(|l| l.ticket = copies);
+                } else {
+                    caller.phase = Phase::Done;
+                }
+            }
             Phase::Ticket => {
-                let tickets = replies.iter().map(|r| match r {
-                    Reply::Granted(t) | Reply::Ticket(t) => *t,
-                    _ => 0,
-                });
                 caller.ticket = match self.rules {
                     Rules::ClientClock => caller.clock,
-                    _ => tickets.max().unwrap_or(0),
+                    _ => Self::tickets(&replies).max().unwrap_or(0),
                 };
                 caller.phase = Phase::Enqueue;
                 caller.links.iter_mut().for_each(|l| l.enqueue = copies);
@@ -460,6 +470,13 @@ impl FairModel {
             }
             Phase::Hold | Phase::Done | Phase::Lost => {}
         }
+    }
+
+    fn tickets(replies: &[Reply; N]) -> impl Iterator<Item = u8> + '_ {
+        replies.iter().filter_map(|r| match r {
+            Reply::Ticket(t) => Some(*t),
+            _ => None,
+        })
     }
 
     fn count_in(replies: &[Reply; N], kind: Reply) -> usize {
