@@ -77,6 +77,8 @@ pub(crate) trait Step {
     fn passes_on_wake_ups(&self) -> bool {
         false
     }
+    /// Before an attempt: the last wait ended with a release announced.
+    fn released(&mut self) {}
 }
 
 impl Step for Target {
@@ -304,6 +306,9 @@ impl Redlock {
             }
             *attempts += 1;
             step.woken_by(waiting.before_attempt());
+            if waiting.woken() {
+                step.released();
+            }
             let attempt_start = Instant::now();
             let result = step.attempt(shared, life);
             telemetry::attempt_finished(

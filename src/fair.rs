@@ -41,6 +41,10 @@ pub const FAIR_HEARTBEAT: Duration = Duration::from_secs(1);
 /// wake-up within a fifth of the TTL), with room for a round trip.
 pub const MIN_FAIR_HEARTBEAT: Duration = Duration::from_millis(500);
 
+/// How far apart the instances' announcements of one release arrive, at
+/// most, for a waiter to count them as one.
+const RELEASE_COPIES: Duration = Duration::from_millis(20);
+
 /// The longest heartbeat TTL a fair lock accepts.
 pub const MAX_FAIR_HEARTBEAT: Duration = Duration::from_secs(60);
 
@@ -198,6 +202,7 @@ impl FairLock {
             ticket: None,
             ahead: None,
             last_beat: Instant::now(),
+            last_release: None,
             queued: Arc::new(AtomicBool::new(false)),
             patient: true,
         })
@@ -226,6 +231,8 @@ struct FairStep {
     ahead: Option<u64>,
     /// When its last attempt (its heartbeat) was sent.
     last_beat: Instant,
+    /// When it last counted a release (see [`Step::released`]).
+    last_release: Option<Instant>,
     /// It joined the queues (so it must leave them).
     queued: Arc<AtomicBool>,
     /// The call may wait (a `try_lock` takes the lock or nothing, and
@@ -246,12 +253,11 @@ impl FairStep {
         self.target.fair.as_ref().map_or(FAIR_HEARTBEAT, |q| q.beat)
     }
 
-    /// Whether this wake-up is worth a round: the head (or the next in
-    /// line, which the holder's release may make the head) attempts at
-    /// once; the others only when their heartbeat is due.
+    /// Whether this wake-up is worth a round: the head attempts at once;
+    /// the others only when their heartbeat is due.
     fn due(&self) -> bool {
-        let near = self.ahead.is_none_or(|ahead| ahead <= 1);
-        near || self.last_beat.elapsed() >= (self.beat() / 5).min(Duration::from_millis(200))
+        let head = self.ahead.is_none_or(|ahead| ahead == 0);
+        head || self.last_beat.elapsed() >= (self.beat() / 5).min(Duration::from_millis(200))
     }
 
     /// The first round: a ticket, or the lock where nobody queues. Refused
@@ -377,5 +383,19 @@ impl Step for FairStep {
 
     fn passes_on_wake_ups(&self) -> bool {
         self.ahead != Some(0)
+    }
+
+    /// A release moves the line up by one: the waiter one behind the head
+    /// it was told of is now the head, without waiting for its heartbeat
+    /// to say so. Each instance announces a release: copies within
+    /// `RELEASE_COPIES` count once. A count too high costs one refused
+    /// attempt (whose reply sets the place right), too low a heartbeat's
+    /// delay.
+    fn released(&mut self) {
+        let now = Instant::now();
+        if self.last_release.is_none_or(|at| now - at > RELEASE_COPIES) {
+            self.ahead = self.ahead.map(|ahead| ahead.saturating_sub(1));
+            self.last_release = Some(now);
+        }
     }
 }

@@ -72,6 +72,11 @@ impl<'a> Waiting<'a> {
         self.deadline.checked_sub(bound)
     }
 
+    /// Whether the last wait ended with a release announced for this call.
+    pub fn woken(&self) -> bool {
+        self.woken
+    }
+
     /// Whether the call was cancelled.
     pub fn cancelled(&self) -> bool {
         self.cancel.as_ref().is_some_and(Cancel::is_cancelled)
