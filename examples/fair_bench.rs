@@ -7,8 +7,9 @@
 //! Starts `FAIR_INSTANCES` (default 3) servers of its own and prints:
 //!
 //! 1. **Uncontended** — one thread, lock + release of distinct resources,
-//!    `FAIR_OPS` (default 2000) of each kind per repeat, plain and fair
-//!    alternating, `FAIR_REPEATS` (default 3) repeats: the median of the
+//!    `FAIR_OPS` (default 2000) of each kind per repeat, plain and fair in
+//!    alternating batches of 50, `FAIR_REPEATS` (default 5) repeats: the
+//!    median of the
 //!    lock calls' p50, and the servers' CPU per operation (`INFO cpu`,
 //!    every server summed), fair ÷ plain.
 //! 2. **Heartbeats** — `W` waiters (4 and 16) queued on one fair lock held
@@ -76,31 +77,48 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// `ops` lock + release cycles, plain or fair: the p50 of the lock calls
-/// in µs and the servers' CPU per cycle in µs.
+/// One lock + release of a fresh resource, plain or fair: how long the
+/// lock call took, in µs.
+fn cycle(locks: &Redlock, fair: bool, name: &str) -> f64 {
+    let start = Instant::now();
+    let guard = if fair {
+        locks.fair_lock(name).try_lock()
+    } else {
+        locks.try_lock(name)
+    }
+    .expect("uncontended lock");
+    let took = start.elapsed().as_secs_f64() * 1e6;
+    guard.release().expect("release");
+    took
+}
+
+/// `ops` cycles of each kind, in alternating batches of 50 so that the
+/// machine's load falls on both alike: each kind's p50 in µs and the
+/// servers' CPU per cycle in µs.
 fn uncontended(
     locks: &Redlock,
     servers: &RedisServers,
-    fair: bool,
     ops: usize,
     round: usize,
-) -> (f64, f64) {
-    let mut took = Vec::with_capacity(ops);
-    let cpu = servers_cpu(servers);
-    for i in 0..ops {
-        let name = format!("{}-{round}-{i}", if fair { "fair" } else { "plain" });
-        let start = Instant::now();
-        let guard = if fair {
-            locks.fair_lock(&name).try_lock()
-        } else {
-            locks.try_lock(&name)
+) -> [(f64, f64); 2] {
+    let mut took = [Vec::with_capacity(ops), Vec::with_capacity(ops)];
+    let mut cpu = [0.0, 0.0];
+    for batch in 0..ops.div_ceil(50) {
+        for (k, fair) in [false, true].into_iter().enumerate() {
+            let before = servers_cpu(servers);
+            for i in 0..50 {
+                let name = format!(
+                    "{}-{round}-{batch}-{i}",
+                    if fair { "fair" } else { "plain" }
+                );
+                took[k].push(cycle(locks, fair, &name));
+            }
+            cpu[k] += servers_cpu(servers) - before;
         }
-        .expect("uncontended lock");
-        took.push(start.elapsed().as_secs_f64() * 1e6);
-        guard.release().expect("release");
     }
-    let cpu = (servers_cpu(servers) - cpu) * 1e6 / ops as f64;
-    (median(took), cpu)
+    let per_op = |k: usize| cpu[k] * 1e6 / took[k].len() as f64;
+    let p50 = |k: usize| median(took[k].clone());
+    [(p50(0), per_op(0)), (p50(1), per_op(1))]
 }
 
 /// Scripts run per waiter per instance per second while `waiters` wait.
@@ -176,20 +194,18 @@ fn hand_over(servers: &RedisServers) -> (f64, f64) {
 fn main() {
     let instances = env_or("FAIR_INSTANCES", 3usize);
     let ops = env_or("FAIR_OPS", 2000usize);
-    let repeats = env_or("FAIR_REPEATS", 3usize);
+    let repeats = env_or("FAIR_REPEATS", 5usize);
     let hold = Duration::from_secs(env_or("FAIR_HOLD_SECS", 3u64));
     let servers = RedisServers::start(instances);
     let locks = Redlock::new(servers.urls()).expect("client");
-    uncontended(&locks, &servers, false, 200, 99);
-    uncontended(&locks, &servers, true, 200, 99);
+    uncontended(&locks, &servers, 100, 99);
     let (mut p50s, mut cpus) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
     for round in 0..repeats {
-        let (p, c) = uncontended(&locks, &servers, false, ops, round);
-        p50s.0.push(p);
-        cpus.0.push(c);
-        let (p, c) = uncontended(&locks, &servers, true, ops, round);
-        p50s.1.push(p);
-        cpus.1.push(c);
+        let [plain, fair] = uncontended(&locks, &servers, ops, round);
+        p50s.0.push(plain.0);
+        cpus.0.push(plain.1);
+        p50s.1.push(fair.0);
+        cpus.1.push(fair.1);
     }
     let (plain_p50, fair_p50) = (median(p50s.0), median(p50s.1));
     let (plain_cpu, fair_cpu) = (median(cpus.0), median(cpus.1));
