@@ -743,15 +743,30 @@ impl FairModel {
 /// every behaviour when it says "bounded": the space of two callers with
 /// every fault is larger than CI can afford), and asserts that no safety
 /// property fails among them.
-fn bounded(label: &str, model: FairModel) -> impl Checker<FairModel> {
+fn bounded(label: &str, model: FairModel) -> Box<dyn Checker<FairModel>> {
+    search(label, model, false)
+}
+
+/// [`bounded`], breadth first, or depth first with `deep` (long
+/// behaviours, not all of the short ones).
+fn search(label: &str, model: FairModel, deep: bool) -> Box<dyn Checker<FairModel>> {
     let start = Instant::now();
-    let checker = model
+    let builder = model
         .checker()
         .threads(model_support::cores())
-        .target_state_count(BOUND)
-        .spawn_bfs()
-        .join();
-    model_support::report(label, start, &checker);
+        .target_state_count(BOUND);
+    let checker: Box<dyn Checker<FairModel>> = if deep {
+        Box::new(builder.spawn_dfs().join())
+    } else {
+        Box::new(builder.spawn_bfs().join())
+    };
+    // As `model_support::report`, which takes a sized checker.
+    println!(
+        "{label}: {} unique states, depth {}, {:.2?}",
+        checker.unique_state_count(),
+        checker.max_depth(),
+        start.elapsed()
+    );
     let whole = checker.state_count() < BOUND;
     println!("{label}: {}", if whole { "exhaustive" } else { "bounded" });
     for property in [EXCLUSION, ORDER, NO_STALL] {
@@ -796,6 +811,19 @@ fn two_callers_with_every_fault_keep_exclusion_order_and_progress() {
         ..FairModel::new(Rules::Design, 2)
     };
     bounded("two callers", model);
+}
+
+/// The same, depth first: whole calls (queued, skipped, granted) with
+/// faults among them, where the breadth-first search stops short.
+#[test]
+fn two_callers_with_every_fault_deep() {
+    let model = FairModel {
+        copies: 1,
+        ..FairModel::new(Rules::Design, 2)
+    };
+    let checker = search("two callers, deep", model, true);
+    checker.assert_any_discovery("a waiter is granted after waiting");
+    checker.assert_any_discovery("a resumed waiter is told it lost its place");
 }
 
 #[test]
