@@ -27,7 +27,10 @@ fn queued(positions: &[ShardedCluster], name: &str) -> Vec<i64> {
         .map(|c| {
             let owner = c.master(c.master_for_key(&lock_key(name)));
             let mut conn = owner.connection();
-            redis::cmd("ZCARD").arg(&queue).query(&mut conn).unwrap_or(0)
+            redis::cmd("ZCARD")
+                .arg(&queue)
+                .query(&mut conn)
+                .unwrap_or(0)
         })
         .collect()
 }
