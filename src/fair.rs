@@ -200,6 +200,7 @@ impl FairLock {
         Ok(FairStep {
             target,
             ticket: None,
+            joining: None,
             ahead: None,
             last_beat: Instant::now(),
             last_release: None,
@@ -227,6 +228,8 @@ struct FairStep {
     target: Target,
     /// Its ticket, once it joined the queues.
     ticket: Option<u64>,
+    /// The ticket of a join that has not reached a quorum yet.
+    joining: Option<u64>,
     /// Live waiters ahead of it, as a quorum last said (0: the head).
     ahead: Option<u64>,
     /// When its last attempt (its heartbeat) was sent.
@@ -264,6 +267,12 @@ impl FairStep {
     /// by a quorum, the call joins the queues with the largest ticket of a
     /// quorum, and attempts at once.
     fn ticket_round(&mut self, shared: &Shared, life: Lifetime) -> Result<Grant, Failure> {
+        if let Some(ticket) = self.joining {
+            // A join short of a quorum: again with the same ticket, so
+            // that the instances it reached keep one order.
+            self.join(shared, ticket)?;
+            return self.queued_attempt(shared, life);
+        }
         let failure = match acquire::attempt(shared, &self.target, life) {
             Ok(grant) => return Ok(grant),
             Err(failure) => failure,
@@ -294,6 +303,7 @@ impl FairStep {
         let out = Outgoing::to_slot(self.target.members[0].keys.slot, (packed, 1));
         let deadline = shared.round_deadline();
         self.queued.store(true, Ordering::Relaxed);
+        self.joining = Some(ticket);
         let tally = shared
             .instances
             .round(&out, deadline, all_yes)
@@ -305,6 +315,7 @@ impl FairStep {
             return Err(Failure::from(error));
         }
         self.ticket = Some(ticket);
+        self.joining = None;
         if let Some(fair) = &mut self.target.fair {
             fair.ticket_round = false;
         }
