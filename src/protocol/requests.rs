@@ -314,7 +314,8 @@ pub(crate) const REQUEST_KINDS: &[RequestKind] = &[
     command(
         "ZRANGE",
         &[
-            ("src/bin/redfence/status.rs", 1),
+            // The rw lock's readers and the fair lock's queue.
+            ("src/bin/redfence/status.rs", 2),
             ("src/doctor/permissions.rs", 1),
         ],
         Effect::ReadOnly,
