@@ -67,6 +67,18 @@ pub(crate) trait Step {
     fn took(&self, _tag: &[u8]) -> bool {
         false
     }
+    /// Its callers queue on the instances (a fair lock): none waits behind
+    /// this client's other calls before asking.
+    fn queues_on_instances(&self) -> bool {
+        false
+    }
+    /// After a refusal: a release it was woken for goes to this client's
+    /// next call in line (a fair lock's waiter that is not the head).
+    fn passes_on_wake_ups(&self) -> bool {
+        false
+    }
+    /// Before an attempt: the last wait ended with a release announced.
+    fn released(&mut self) {}
 }
 
 impl Step for Target {
@@ -279,7 +291,7 @@ impl Redlock {
         let cancelled = |name: &str| Error::Cancelled {
             resource: name.to_string(),
         };
-        if options.get_wait() > Duration::ZERO {
+        if options.get_wait() > Duration::ZERO && !step.queues_on_instances() {
             waiting.queue_behind_others();
         }
         loop {
@@ -288,6 +300,9 @@ impl Redlock {
             }
             *attempts += 1;
             step.woken_by(waiting.before_attempt());
+            if waiting.woken() {
+                step.released();
+            }
             let attempt_start = Instant::now();
             let result = step.attempt(shared, life);
             telemetry::attempt_finished(
@@ -309,6 +324,7 @@ impl Redlock {
                 return Err(cancelled(step.name()));
             }
             let error = failure.error.with_attempts(*attempts);
+            waiting.pass_on_wake_ups(step.passes_on_wake_ups());
             waiting.before_retry(error, failure.granted, attempt_start)?;
         }
     }

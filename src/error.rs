@@ -79,6 +79,16 @@ pub enum Error {
         /// The resource that was asked for.
         resource: String,
     },
+    /// A fair lock's waiter ([`Redlock::fair_lock`](crate::Redlock::fair_lock))
+    /// was dropped from the queue by a quorum of instances: its heartbeat
+    /// did not come within the heartbeat TTL (the process was paused, or
+    /// cut off from the instances), so the waiters behind it went ahead.
+    /// It lost its place; nothing is held. Asking again queues it at the
+    /// end.
+    Skipped {
+        /// The fair lock that was asked for.
+        resource: String,
+    },
     /// A key where redfence keeps a lock or a fencing counter holds a value
     /// of another type. Somebody else writes to redfence's keys: fix that
     /// (or choose another key prefix) rather than retrying.
@@ -225,6 +235,11 @@ impl fmt::Display for Error {
                     "lock call on {resource:?} was cancelled; nothing is held"
                 )
             }
+            Error::Skipped { resource } => write!(
+                f,
+                "waiter for fair lock {resource:?} lost its place in the queue: its heartbeat \
+                 stopped for longer than the heartbeat TTL; nothing is held"
+            ),
             Error::WrongType { resource, errors } => {
                 write!(f, "redfence keys of {resource:?} hold a foreign value")?;
                 write_errors(f, errors)

@@ -339,6 +339,7 @@ impl PermitStep {
             Err(Failure {
                 error: Error::Contended { holder, .. },
                 granted: 0,
+                ..
             }) => Ok(Err(holder)),
             Err(failure) => Err(failure),
         }

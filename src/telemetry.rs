@@ -74,7 +74,7 @@ pub fn describe_metrics() {
     describe_counter!(
         ACQUIRE_TOTAL,
         Unit::Count,
-        "Lock calls by outcome: granted, contended, unavailable, no_validity, wrong_type, invalid, cancelled, access_denied."
+        "Lock calls by outcome: granted, contended, unavailable, no_validity, wrong_type, invalid, cancelled, access_denied, skipped."
     );
     describe_counter!(
         ACQUIRE_ATTEMPTS_TOTAL,
@@ -169,7 +169,7 @@ pub(crate) fn client_built<'a>(instances: impl Iterator<Item = &'a str>) {
 /// The `outcome` labels of `redfence_acquire_total` and
 /// `redfence_acquire_duration_seconds`.
 #[cfg(feature = "metrics")]
-const ACQUIRE_OUTCOMES: [&str; 8] = [
+const ACQUIRE_OUTCOMES: [&str; 9] = [
     "granted",
     "contended",
     "unavailable",
@@ -178,6 +178,7 @@ const ACQUIRE_OUTCOMES: [&str; 8] = [
     "invalid",
     "cancelled",
     "access_denied",
+    "skipped",
 ];
 
 /// The `reason` labels of `redfence_lease_lost_total`: every reason a held
@@ -265,6 +266,7 @@ fn error_outcome(error: &Error) -> &'static str {
         Error::NoValidity { .. } => "no_validity",
         Error::WrongType { .. } => "wrong_type",
         Error::Cancelled { .. } => "cancelled",
+        Error::Skipped { .. } => "skipped",
         Error::AccessDenied { .. } => "access_denied",
         Error::InvalidResource { .. }
         | Error::InvalidOptions { .. }

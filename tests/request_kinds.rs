@@ -505,6 +505,7 @@ fn needed(key: Key) -> Aspect {
         Key::Void => Aspect::CleanUp,
         Key::Term => Aspect::Terms,
         Key::Permits => Aspect::Count,
+        Key::Queue => Aspect::Order,
     }
 }
 

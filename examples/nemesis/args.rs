@@ -9,7 +9,7 @@ use crate::nemesis::Nemesis;
 
 pub const USAGE: &str = "\
 usage: nemesis [--workload register|run-once|election|multi|semaphore|rw|
-                           operator|cancel|fenced-kv|fenced-rw|clocks|all]
+                           operator|cancel|fenced-kv|fenced-rw|clocks|fair|all]
                [--nemesis pause,kill,restart,rollback,partition,late,clock,client-pause|none]
                [--duration SECONDS] [--seed N] [--instances N] [--clients N]
                [--server PATH] [--unfenced] [--report DIR]
@@ -44,10 +44,14 @@ pub enum Workload {
     FencedRw,
     /// `clock_offsets()`, `doctor()` and `ping()` against the clock faults.
     Clocks,
+    /// The registers taken as fair locks (`fair_lock`): the same locks as
+    /// the `register` workload's, so the checks of exclusion and tokens
+    /// span both kinds of callers.
+    Fair,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 11] = [
+    pub const ALL: [Workload; 12] = [
         Workload::Register,
         Workload::Multi,
         Workload::Election,
@@ -59,6 +63,7 @@ impl Workload {
         Workload::FencedKv,
         Workload::FencedRw,
         Workload::Clocks,
+        Workload::Fair,
     ];
 
     pub fn name(self) -> &'static str {
@@ -74,6 +79,7 @@ impl Workload {
             Workload::FencedKv => "fenced-kv",
             Workload::FencedRw => "fenced-rw",
             Workload::Clocks => "clocks",
+            Workload::Fair => "fair",
         }
     }
 }
@@ -142,7 +148,7 @@ fn workloads(list: &str) -> Result<Vec<Workload>, String> {
     found.map(|w| vec![*w]).ok_or_else(|| {
         format!(
             "--workload {list:?}: one of register, run-once, election, multi, semaphore, rw, \
-             operator, cancel, fenced-kv, fenced-rw, clocks, all"
+             operator, cancel, fenced-kv, fenced-rw, clocks, fair, all"
         )
     })
 }

@@ -322,6 +322,7 @@ fn hold_colour(w: crate::args::Workload, mode: Mode) -> RGBColor {
         (Operator, _) => RGBColor(200, 60, 120),
         (Cancel, _) => RGBColor(150, 150, 60),
         (FencedKv | FencedRw | Clocks, _) => RGBColor(90, 90, 200),
+        (Fair, _) => RGBColor(110, 180, 60),
     }
 }
 

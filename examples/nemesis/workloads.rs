@@ -436,6 +436,16 @@ impl Worker<'_> {
     }
 
     fn take_one(&self, one: &str, options: LockOptions, form: Form) -> Result<LockGuard, Error> {
+        if self.workload == Workload::Fair {
+            let fair = self.locks.fair_lock(one);
+            return match form {
+                Form::With => fair.lock_with(options),
+                Form::Plain => fair.lock(),
+                Form::Try => fair.try_lock(),
+                Form::For(wait) => fair.try_lock_for(wait),
+                Form::Until(at) => fair.try_lock_until(at),
+            };
+        }
         match form {
             Form::With => self.locks.lock_with(one, options),
             Form::Plain => self.locks.lock(one),

@@ -83,12 +83,36 @@ pub(crate) struct Failure {
     pub error: Error,
     /// Instances that granted before the attempt failed.
     pub granted: usize,
+    /// What a fair lock's queue said, one note per instance that answered
+    /// (`lua/fair_gate.lua`); empty for any other lock.
+    pub queue: Vec<(usize, QueueNote)>,
 }
 
 impl From<Error> for Failure {
     fn from(error: Error) -> Self {
-        Failure { error, granted: 0 }
+        Failure {
+            error,
+            granted: 0,
+            queue: Vec::new(),
+        }
     }
+}
+
+/// What a fair lock's queue on one instance said about the caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum QueueNote {
+    /// The ticket round's ticket.
+    Ticket(u64),
+    /// Refused, with this many live waiters ahead (0: it is the head).
+    Ahead(u64),
+    /// It has no entry there: dropped for a late heartbeat, or lost.
+    Gone,
+}
+
+/// An instance's refusal: the holder it named, and a fair lock's note.
+pub(crate) struct Refused {
+    holder: Option<String>,
+    queue: Option<QueueNote>,
 }
 
 /// One attempt to acquire `target`: a vote of every instance, the choice
@@ -125,7 +149,7 @@ struct Attempt<'a> {
 }
 
 /// Each instance's vote on an acquire: its tokens, or the holder it named.
-type AcquireTally = Tally<Vec<u64>, Option<String>>;
+type AcquireTally = Tally<Vec<u64>, Refused>;
 
 impl<'a> Attempt<'a> {
     fn new(shared: &'a Shared, target: &'a Target, life: Lifetime) -> Self {
@@ -159,9 +183,13 @@ impl<'a> Attempt<'a> {
         };
         let out = Outgoing::about(self.target, pack(self.target), &pack).combined(&combine);
         let deadline = self.start + cfg.instance_timeout;
+        let classify = match &self.target.fair {
+            Some(_) => classify_fair,
+            None => classify_acquire,
+        };
         self.shared
             .instances
-            .round(&out, deadline, classify_acquire)
+            .round(&out, deadline, classify)
             .wait(deadline)
     }
 
@@ -185,6 +213,7 @@ impl<'a> Attempt<'a> {
     /// instances failing, or the lock held by someone else.
     fn refusal(&self, tally: AcquireTally) -> Failure {
         let granted = tally.yes.len();
+        let queue = self.queue_notes(&tally);
         let resource = self.target.name.clone();
         let error = if tally.has_wrong_type() {
             Error::WrongType {
@@ -195,14 +224,33 @@ impl<'a> Attempt<'a> {
             Error::unavailable(resource, self.quorum.size(), granted, tally.failed)
         } else {
             let answered = tally.yes.len() + tally.no.len() + tally.failed.len();
-            let named = tally.no.iter().filter_map(|(_, h)| h.as_deref());
+            let named = tally.no.iter().filter_map(|(_, r)| r.holder.as_deref());
             Error::Contended {
                 resource,
                 attempts: 1,
                 holder: crate::protocol::value::agreed(named, answered),
             }
         };
-        Failure { error, granted }
+        Failure {
+            error,
+            granted,
+            queue,
+        }
+    }
+
+    /// A fair lock's notes from every answer: a grant's ticket (the
+    /// ticket round's, after the token), a refusal's note.
+    fn queue_notes(&self, tally: &AcquireTally) -> Vec<(usize, QueueNote)> {
+        if self.target.fair.is_none() {
+            return Vec::new();
+        }
+        let members = self.target.members.len();
+        let granted = tally.yes.iter().filter_map(|(i, answer)| {
+            let ticket = answer.get(members)?;
+            Some((*i, QueueNote::Ticket(*ticket)))
+        });
+        let refused = tally.no.iter().filter_map(|(i, r)| Some((*i, r.queue?)));
+        granted.chain(refused).collect()
     }
 
     /// Each member's token from the granting answers ([`choose_token`]),
@@ -314,15 +362,20 @@ fn choose_token(mut answers: Vec<u64>, quorum: Quorum) -> Option<(u64, bool)> {
 
 /// `{1, token...}` is a grant (of every member), `{0}` a refusal, `{0,
 /// identity}` a refusal naming the holder.
-fn classify_acquire(values: &[Value]) -> Vote<Vec<u64>, Option<String>> {
+fn classify_acquire(values: &[Value]) -> Vote<Vec<u64>, Refused> {
     if let Some(vote) = error_reply(values) {
         return vote;
     }
+    let refused = |holder| Refused {
+        holder,
+        queue: None,
+    };
     if let [Value::Array(items)] = values {
         match items.split_first() {
-            Some((Value::Int(0), [])) => return Vote::No(None),
+            Some((Value::Int(0), [])) => return Vote::No(refused(None)),
             Some((Value::Int(0), [Value::BulkString(identity)])) => {
-                return Vote::No(Some(String::from_utf8_lossy(identity).into_owned()))
+                let identity = String::from_utf8_lossy(identity).into_owned();
+                return Vote::No(refused(Some(identity)));
             }
             Some((Value::Int(1), counters)) => {
                 let counters: Option<Vec<u64>> = counters
@@ -340,6 +393,45 @@ fn classify_acquire(values: &[Value]) -> Vote<Vec<u64>, Option<String>> {
         }
     }
     unexpected("acquire", values)
+}
+
+/// `lua/fair_gate.lua`'s replies: a grant as [`classify_acquire`]'s (with
+/// the ticket after the token in the ticket round); `{0, holder or nil,
+/// ticket}` the ticket round's refusal, `{2, holder or nil, ahead}` an
+/// attempt's, with the live waiters ahead; `{-1}` gone.
+fn classify_fair(values: &[Value]) -> Vote<Vec<u64>, Refused> {
+    if let [Value::Array(items)] = values {
+        let note = |n: &Value| match n {
+            Value::Int(n) => u64::try_from(*n).ok(),
+            _ => None,
+        };
+        match items.as_slice() {
+            [Value::Int(-1)] => {
+                return Vote::No(Refused {
+                    holder: None,
+                    queue: Some(QueueNote::Gone),
+                })
+            }
+            [Value::Int(kind @ (0 | 2)), holder, n] => {
+                if let Some(n) = note(n) {
+                    let holder = match holder {
+                        Value::BulkString(h) => Some(String::from_utf8_lossy(h).into_owned()),
+                        _ => None,
+                    };
+                    let queue = match kind {
+                        0 => QueueNote::Ticket(n),
+                        _ => QueueNote::Ahead(n),
+                    };
+                    return Vote::No(Refused {
+                        holder,
+                        queue: Some(queue),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    classify_acquire(values)
 }
 
 #[cfg(test)]
@@ -387,6 +479,7 @@ mod tests {
         #[test]
         fn any_reply_classifies(values in crate::arbitrary::replies()) {
             let _ = classify_acquire(&values);
+            let _ = classify_fair(&values);
         }
 
         /// The token is the quorum-th smallest answer, and held when a
@@ -418,12 +511,17 @@ mod tests {
         ])];
         assert!(matches!(classify_acquire(&granted), Vote::Yes(c) if c == [7, 9]));
         let refused = [Value::Array(vec![Value::Int(0)])];
-        assert!(matches!(classify_acquire(&refused), Vote::No(None)));
+        assert!(matches!(
+            classify_acquire(&refused),
+            Vote::No(Refused { holder: None, .. })
+        ));
         let named = [Value::Array(vec![
             Value::Int(0),
             Value::BulkString(b"worker:1".to_vec()),
         ])];
-        assert!(matches!(classify_acquire(&named), Vote::No(Some(h)) if h == "worker:1"));
+        assert!(
+            matches!(classify_acquire(&named), Vote::No(Refused { holder: Some(h), .. }) if h == "worker:1")
+        );
         let odd = [Value::BulkString(b"secret".to_vec())];
         let Vote::Failed(e) = classify_acquire(&odd) else {
             panic!("unexpected reply")

@@ -32,6 +32,9 @@ pub(crate) struct Waiting<'a> {
     slowest_attempt: Option<Duration>,
     /// Ends every wait at once when cancelled.
     cancel: Option<Cancel>,
+    /// A refused call hands the release it was woken for to the next
+    /// call in line (see [`pass_on_wake_ups`](Self::pass_on_wake_ups)).
+    pass_on: bool,
 }
 
 impl<'a> Waiting<'a> {
@@ -52,6 +55,7 @@ impl<'a> Waiting<'a> {
             deadline,
             slowest_attempt: None,
             cancel,
+            pass_on: false,
         }
     }
 
@@ -66,6 +70,11 @@ impl<'a> Waiting<'a> {
             (slowest * 2).clamp(Duration::from_millis(1), worst)
         });
         self.deadline.checked_sub(bound)
+    }
+
+    /// Whether the last wait ended with a release announced for this call.
+    pub fn woken(&self) -> bool {
+        self.woken
     }
 
     /// Whether the call was cancelled.
@@ -102,6 +111,13 @@ impl<'a> Waiting<'a> {
             self.tags = watch.take_tags();
         }
         &self.tags
+    }
+
+    /// Whether the next refusal passes its wake-up on: a fair lock's
+    /// waiter that is not the head did not use the release, which the
+    /// head, maybe another call of this client, must see.
+    pub fn pass_on_wake_ups(&mut self, pass_on: bool) {
+        self.pass_on = pass_on;
     }
 
     /// After a grant: late copies of the release that woke us (one per
@@ -149,7 +165,7 @@ impl<'a> Waiting<'a> {
                 self.woken = false;
             }
             Some(watch) if contended && granted == 0 => {
-                if self.woken && self.channels.len() > 1 {
+                if self.woken && (self.channels.len() > 1 || self.pass_on) {
                     // Woken for one member, refused for another: the
                     // released one may be free for the next in line.
                     watch.pass_on();

@@ -169,6 +169,38 @@ pub(crate) struct Target {
     pub permit_slot: Option<u32>,
     /// The count an acquire of a permit checks, and where it is recorded.
     pub count: Option<PermitCount>,
+    /// A fair lock's queue, which gates its acquire (`lua/fair_gate.lua`).
+    pub fair: Option<FairQueue>,
+}
+
+/// A fair lock's queue keys and one waiter's place in them
+/// (`lua/fair_gate.lua`): `P fair:{R}:queue` (call ids by ticket),
+/// `P fair:{R}:alive` (call ids by heartbeat expiry), `P fair:{R}:tickets`.
+#[derive(Debug, Clone)]
+pub(crate) struct FairQueue {
+    pub queue: String,
+    pub alive: String,
+    pub tickets: String,
+    /// The waiter's call id: one for all its attempts.
+    pub call: String,
+    /// How long a heartbeat keeps the waiter's place.
+    pub beat: std::time::Duration,
+    /// The ticket round (take a ticket, or the lock where nobody queues),
+    /// else an attempt of a queued waiter.
+    pub ticket_round: bool,
+}
+
+impl FairQueue {
+    pub fn new(prefix: &str, name: &str, beat: std::time::Duration) -> Self {
+        FairQueue {
+            queue: format!("{prefix}fair:{{{name}}}:queue"),
+            alive: format!("{prefix}fair:{{{name}}}:alive"),
+            tickets: format!("{prefix}fair:{{{name}}}:tickets"),
+            call: uuid::Uuid::new_v4().simple().to_string(),
+            beat,
+            ticket_round: true,
+        }
+    }
 }
 
 /// A semaphore's permit count and its record's key.
@@ -191,6 +223,7 @@ impl Target {
             }],
             permit_slot: None,
             count: None,
+            fair: None,
         })
     }
 
@@ -206,6 +239,7 @@ impl Target {
             }],
             permit_slot: Some(slot),
             count: None,
+            fair: None,
         }
     }
 
@@ -245,6 +279,7 @@ impl Target {
             }],
             permit_slot: None,
             count: None,
+            fair: None,
         })
     }
 
@@ -289,6 +324,7 @@ impl Target {
             members,
             permit_slot: None,
             count: None,
+            fair: None,
         })
     }
 
@@ -323,6 +359,7 @@ impl Target {
                         members: vec![member.clone()],
                         permit_slot: self.permit_slot,
                         count: self.count.clone(),
+                        fair: self.fair.clone(),
                     },
                 )),
             }

@@ -13,8 +13,8 @@
 //! `CLIENT SETINFO`) set up the connection and change no key; they are
 //! not packed here.
 
-use Aspect::{CleanUp, Count, Exclusion, Holds, Terms, Tokens};
-use Key::{Fence, Lock, Permits, Term, Void};
+use Aspect::{CleanUp, Count, Exclusion, Holds, Order, Terms, Tokens};
+use Key::{Fence, Lock, Permits, Queue, Term, Void};
 
 /// One kind of request.
 #[derive(Debug)]
@@ -104,6 +104,9 @@ pub enum Key {
     Term,
     /// A semaphore's permits record.
     Permits,
+    /// A fair lock's queue, its waiters' liveness records, its ticket
+    /// counter.
+    Queue,
 }
 
 /// What a model property judges.
@@ -122,6 +125,9 @@ pub enum Aspect {
     Terms,
     /// A semaphore hands out at most its count.
     Count,
+    /// A fair lock grants in ticket order among live waiters, and no dead
+    /// waiter stalls its queue.
+    Order,
 }
 
 /// One model's judgement of a request.
@@ -158,6 +164,11 @@ const SEMAPHORE: &[(Aspect, &str)] = &[
     (Count, "AT_MOST_COUNT"),
     (Count, "ONE_COUNT"),
 ];
+const FAIR: &[(Aspect, &str)] = &[
+    (Exclusion, "EXCLUSION"),
+    (Order, "ORDER"),
+    (Order, "NO_STALL"),
+];
 const TERM: &[(Aspect, &str)] = &[(Terms, "OWN_TERM"), (Terms, "KEPT"), (Terms, "OBSERVED")];
 
 const NO_COUNTER: &str = "changes no fencing counter";
@@ -187,6 +198,8 @@ pub(crate) const REQUEST_KINDS: &[RequestKind] = &[
     RW_WITHDRAW,
     script("rw_holders.lua", Effect::ReadOnly),
     RW_FORCE_RELEASE,
+    FAIR_ACQUIRE,
+    FAIR_ENQUEUE,
     store_script("fenced_write.lua"),
     store_script("fenced_read.lua"),
     store_script("fenced_shared_read.lua"),
@@ -301,7 +314,8 @@ pub(crate) const REQUEST_KINDS: &[RequestKind] = &[
     command(
         "ZRANGE",
         &[
-            ("src/bin/redfence/status.rs", 1),
+            // The rw lock's readers and the fair lock's queue.
+            ("src/bin/redfence/status.rs", 2),
             ("src/doctor/permissions.rs", 1),
         ],
         Effect::ReadOnly,
@@ -535,6 +549,70 @@ const PERMIT_ACQUIRE: RequestKind = script(
              so model_fencing and model_lease judge them as they judge acquire.lua; \
              model_semaphore judges the count check and the record a grant writes",
         ),
+    }),
+);
+
+const FAIR_ACQUIRE: RequestKind = script(
+    "fair_gate.lua",
+    Effect::Writes(Writes {
+        changes: &[Lock, Fence, Queue],
+        judged: &[
+            checked_by(
+                "model_fair",
+                &[
+                    "Action::Start",
+                    "Action::LandTicket",
+                    "Action::LandAcquire",
+                    "Action::Expire",
+                    "Action::Restart",
+                ],
+                FAIR,
+            ),
+            checked_by(
+                "model_fencing",
+                &["Action::Start", "Action::LandAcquire"],
+                FENCING,
+            ),
+            checked_by(
+                "model_lease",
+                &["CleanAction::LandAcquire", "CleanAction::DropAcquire"],
+                CLEANUP,
+            ),
+        ],
+        unjudged: &[(
+            Holds,
+            "SET … NX writes only a free key, and a resend that finds its own value changes \
+             nothing: it never touches a key a hold rests on",
+        )],
+        caveat: Some(
+            "the lock and its counter are written by lua/acquire.lua itself, wrapped as a \
+             function the gate calls (src/protocol/scripts.rs), so model_fencing and \
+             model_lease judge them as they judge acquire.lua; model_fair judges the gate \
+             (ticket, purge, heartbeat, head) and exclusion, in searches bounded to a few \
+             million states (docs/fair.md)",
+        ),
+    }),
+);
+
+const FAIR_ENQUEUE: RequestKind = script(
+    "fair_enqueue.lua",
+    Effect::Writes(Writes {
+        changes: &[Queue],
+        judged: &[checked_by(
+            "model_fair",
+            &["Action::LandEnqueue", "Action::LandWithdraw"],
+            FAIR,
+        )],
+        unjudged: &[
+            (Tokens, NO_COUNTER),
+            (Holds, NO_LOCK),
+            (
+                CleanUp,
+                "writes only the queue's keys, which expire one heartbeat TTL after the last \
+                 waiter's heartbeat; an entry landing late expires within that TTL",
+            ),
+        ],
+        caveat: None,
     }),
 );
 

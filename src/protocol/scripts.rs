@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use redis::Script;
 
-use crate::protocol::keys::{Keys, PermitCount, RwKeys, Target};
+use crate::protocol::keys::{FairQueue, Keys, PermitCount, RwKeys, Target};
 
 const ACQUIRE_SOURCE: &str = include_str!("../../lua/acquire.lua");
 const RELEASE_SOURCE: &str = include_str!("../../lua/release.lua");
@@ -36,6 +36,15 @@ const PERMIT_ACQUIRE_SOURCE: &str = concat!(
     "\nend\n",
     include_str!("../../lua/permit_acquire.lua"),
 );
+/// `lua/fair_gate.lua` after `lua/acquire.lua`, wrapped as the function it
+/// calls: a fair lock's queue gates the lock's own acquire, written once.
+const FAIR_ACQUIRE_SOURCE: &str = concat!(
+    "local function acquire()\n",
+    include_str!("../../lua/acquire.lua"),
+    "\nend\n",
+    include_str!("../../lua/fair_gate.lua"),
+);
+const FAIR_ENQUEUE_SOURCE: &str = include_str!("../../lua/fair_enqueue.lua");
 const SEMAPHORE_RECOUNT_SOURCE: &str = include_str!("../../lua/semaphore_recount.lua");
 /// `lua/permit_extend.lua` after `lua/extend.lua`, wrapped as the function
 /// it calls.
@@ -63,11 +72,13 @@ static RW_HOLDERS: LazyLock<Script> = LazyLock::new(|| Script::new(RW_HOLDERS_SO
 static RW_FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_FORCE_RELEASE_SOURCE));
 static PERMIT_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(PERMIT_ACQUIRE_SOURCE));
 static PERMIT_EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(PERMIT_EXTEND_SOURCE));
+static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(FAIR_ACQUIRE_SOURCE));
+static FAIR_ENQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(FAIR_ENQUEUE_SOURCE));
 static SEMAPHORE_RECOUNT: LazyLock<Script> =
     LazyLock::new(|| Script::new(SEMAPHORE_RECOUNT_SOURCE));
 
 /// Sources of every script a worker connection preloads.
-pub(crate) const ALL_SOURCES: [&str; 18] = [
+pub(crate) const ALL_SOURCES: [&str; 20] = [
     TERM_SOURCE,
     ACQUIRE_SOURCE,
     RELEASE_SOURCE,
@@ -86,6 +97,8 @@ pub(crate) const ALL_SOURCES: [&str; 18] = [
     PERMIT_ACQUIRE_SOURCE,
     SEMAPHORE_RECOUNT_SOURCE,
     PERMIT_EXTEND_SOURCE,
+    FAIR_ACQUIRE_SOURCE,
+    FAIR_ENQUEUE_SOURCE,
 ];
 
 /// How far ahead of an instance's clock the acquire script accepts the
@@ -205,6 +218,9 @@ pub(crate) fn acquire(
     if let Some(count) = &target.count {
         return permit_acquire(target, count, value, ttl, idle, proposal);
     }
+    if let Some(fair) = &target.fair {
+        return fair_acquire(target, fair, value, (ttl, idle), proposal);
+    }
     let void = target.void_key(value);
     let keys: Vec<&str> = target
         .members
@@ -265,6 +281,66 @@ fn permit_acquire(
             proposal.as_bytes(),
             permits.as_bytes(),
             record_ms.as_bytes(),
+        ],
+    )
+}
+
+/// `lua/fair_gate.lua` around `lua/acquire.lua`: a fair lock's ticket
+/// round or a queued waiter's attempt (its heartbeat too).
+fn fair_acquire(
+    target: &Target,
+    fair: &FairQueue,
+    value: &str,
+    (ttl, idle): (Duration, Duration),
+    proposal: u64,
+) -> Arc<[u8]> {
+    let keys = &target.members[0].keys;
+    let void = target.void_key(value);
+    let (ttl_ms, idle_ms, proposal, beat_ms) = (
+        ttl.as_millis().to_string(),
+        idle.as_millis().to_string(),
+        proposal.to_string(),
+        fair.beat.as_millis().max(1).to_string(),
+    );
+    let mode: &[u8] = if fair.ticket_round { b"t" } else { b"a" };
+    packed(
+        &FAIR_ACQUIRE,
+        &[
+            &keys.lock,
+            &keys.fence,
+            &void,
+            &fair.queue,
+            &fair.alive,
+            &fair.tickets,
+        ],
+        &[
+            value.as_bytes(),
+            ttl_ms.as_bytes(),
+            idle_ms.as_bytes(),
+            proposal.as_bytes(),
+            fair.call.as_bytes(),
+            beat_ms.as_bytes(),
+            mode,
+        ],
+    )
+}
+
+/// `lua/fair_enqueue.lua`: a fair lock's waiter joins the queue with
+/// `ticket`, or leaves it (`ticket` 0).
+pub(crate) fn fair_enqueue(fair: &FairQueue, ticket: u64, idle: Duration) -> Arc<[u8]> {
+    let (ticket, beat_ms, idle_ms) = (
+        ticket.to_string(),
+        fair.beat.as_millis().max(1).to_string(),
+        idle.as_millis().max(1).to_string(),
+    );
+    packed(
+        &FAIR_ENQUEUE,
+        &[&fair.queue, &fair.alive, &fair.tickets],
+        &[
+            fair.call.as_bytes(),
+            ticket.as_bytes(),
+            beat_ms.as_bytes(),
+            idle_ms.as_bytes(),
         ],
     )
 }

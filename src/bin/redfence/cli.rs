@@ -204,6 +204,11 @@ pub struct RunArgs {
     )]
     pub permits: Option<u32>,
 
+    /// Wait for the lock in line: callers are granted in the order they
+    /// asked, a waiter that dies is skipped within a heartbeat (1 s).
+    #[arg(long, env = "REDFENCE_FAIR", value_parser = FalseyValueParser::new())]
+    pub fair: bool,
+
     /// Read under the reader-writer lock RESOURCE instead of the lock: shared
     /// with other readers, never with a writer.
     #[arg(long, env = "REDFENCE_READ", value_parser = FalseyValueParser::new())]

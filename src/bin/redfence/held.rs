@@ -22,6 +22,8 @@ pub const SLOT_ENV: &str = "REDFENCE_SLOT";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Lock,
+    /// The lock, waiting in line (`Redlock::fair_lock`).
+    Fair,
     /// A permit of a semaphore with this many permits.
     Permit(u32),
     Read,
@@ -32,19 +34,20 @@ impl Kind {
     /// The kind the flags ask for; combinations that cannot work are
     /// refused before anything is sent.
     pub fn of(args: &RunArgs) -> Result<Kind, Failure> {
-        let kind = match (args.permits, args.read, args.write) {
-            (None, false, false) => Kind::Lock,
-            (Some(n), false, false) => Kind::Permit(n),
-            (None, true, false) => Kind::Read,
-            (None, false, true) => Kind::Write,
+        let kind = match (args.permits, args.read, args.write, args.fair) {
+            (None, false, false, false) => Kind::Lock,
+            (None, false, false, true) => Kind::Fair,
+            (Some(n), false, false, false) => Kind::Permit(n),
+            (None, true, false, false) => Kind::Read,
+            (None, false, true, false) => Kind::Write,
             _ => {
                 return Err(Failure::new(
                     USAGE,
-                    "--permits, --read and --write exclude each other",
+                    "--fair, --permits, --read and --write exclude each other",
                 ))
             }
         };
-        if kind != Kind::Lock && args.hold_at_least.is_some() {
+        if !matches!(kind, Kind::Lock | Kind::Fair) && args.hold_at_least.is_some() {
             return Err(Failure::new(
                 USAGE,
                 format!(
@@ -68,6 +71,7 @@ impl Kind {
     ) -> Result<Held, Error> {
         Ok(match self {
             Kind::Lock => Held::Lock(locks.lock_with(resource, options)?),
+            Kind::Fair => Held::Lock(locks.fair_lock(resource).lock_with(options)?),
             Kind::Permit(n) => Held::Permit(locks.semaphore(resource, n).acquire_with(options)?),
             Kind::Read => Held::Read(locks.rw_lock(resource).read_with(options)?),
             Kind::Write => Held::Write(locks.rw_lock(resource).write_with(options)?),
@@ -88,6 +92,12 @@ impl Kind {
         let one = |h: &String| format!(" (one holder: {h:?})");
         Some(match (self, holder) {
             (Kind::Lock, _) => return None,
+            (Kind::Fair, holder) => format!(
+                "fair lock {resource:?} is held{}, or others wait for it {attempts}",
+                holder
+                    .as_ref()
+                    .map_or(String::new(), |h| format!(" by {h:?}"))
+            ),
             (Kind::Permit(1), holder) => format!(
                 "the only permit of {resource:?} is held{} {attempts}",
                 holder
@@ -195,6 +205,8 @@ mod tests {
         assert_eq!(kind(&[]).unwrap(), Kind::Lock);
         assert_eq!(kind(&["--permits", "3"]).unwrap(), Kind::Permit(3));
         assert_eq!(kind(&["--read"]).unwrap(), Kind::Read);
+        assert_eq!(kind(&["--fair"]).unwrap(), Kind::Fair);
+        assert!(kind(&["--fair", "--read"]).is_err());
         assert_eq!(kind(&["--write"]).unwrap(), Kind::Write);
         assert_eq!(
             kind(&["--hold-at-least", "1m"]).unwrap(),

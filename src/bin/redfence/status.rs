@@ -35,6 +35,8 @@ struct Keys {
     readers: String,
     intent: String,
     rw_fence: String,
+    /// A fair lock's queue (`lua/fair_gate.lua`): call ids by ticket.
+    queue: String,
     prefix: String,
     resource: String,
 }
@@ -50,6 +52,7 @@ impl Keys {
             readers: key("rw", ":readers"),
             intent: key("rw", ":intent"),
             rw_fence: key("fence", ":rw"),
+            queue: key("fair", ":queue"),
             prefix: prefix.to_string(),
             resource: resource.to_string(),
         }
@@ -127,6 +130,8 @@ struct Reading {
     semaphore: Option<Semaphore>,
     /// `None` if none of its keys exists.
     rw: Option<Rw>,
+    /// A fair lock's waiters, in line: ticket, call id.
+    queue: Vec<(u64, String)>,
 }
 
 pub fn status(common: &Common, args: &StatusArgs) -> Result<u8, Failure> {
@@ -213,6 +218,15 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<u8, Failure> {
             "instances": list,
             "semaphore": semaphore.map(|s| s.json(&keys, &readings)),
             "rw": rw.map(|s| s.json(&keys, &readings)),
+            "queue": fair_queue(&readings)
+                .iter()
+                .map(|(ticket, waiter, age, on)| json!({
+                    "ticket": ticket,
+                    "waiter": waiter,
+                    "age_ms": millis(*age),
+                    "instances": on,
+                }))
+                .collect::<Vec<Json>>(),
         });
         out!("{doc}");
     } else {
@@ -256,6 +270,14 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<u8, Failure> {
                 out!("");
             }
             summary.print(&keys, &readings, answered, quorum);
+            gap = true;
+        }
+        let queue = fair_queue(&readings);
+        if !queue.is_empty() {
+            if gap {
+                out!("");
+            }
+            print_queue(&keys, &queue, answered);
         }
     }
     Ok(if answered >= quorum { 0 } else { UNAVAILABLE })
@@ -641,14 +663,70 @@ fn read(
             writer_waiting: intent,
             fence: rw_fence,
         });
+    let queue = read_queue(&mut con, keys).map_err(failed)?;
     Ok((
         Reading {
             lock,
             semaphore,
             rw,
+            queue,
         },
         shard,
     ))
+}
+
+/// A fair lock's waiters on one instance, in line.
+fn read_queue(con: &mut redis::Connection, keys: &Keys) -> Result<Vec<(u64, String)>, RedisError> {
+    let entries: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE")
+        .arg(&keys.queue)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(con)?;
+    Ok(entries
+        .into_iter()
+        .map(|(call, ticket)| (ticket as u64, String::from_utf8_lossy(&call).into_owned()))
+        .collect())
+}
+
+/// Every waiter queued on some instance, in ticket order: its ticket, its
+/// identity (the call id after the first `:`), how long ago it asked (a
+/// ticket is an instance clock reading in µs) and on how many instances.
+fn fair_queue(readings: &Readings) -> Vec<(u64, String, Duration, usize)> {
+    let mut waiters: Vec<(u64, String, usize)> = Vec::new();
+    for (_, reading) in readings {
+        let Ok(r) = reading else { continue };
+        for (ticket, call) in &r.queue {
+            match waiters.iter_mut().find(|(_, c, _)| c == call) {
+                Some(w) => w.2 += 1,
+                None => waiters.push((*ticket, call.clone(), 1)),
+            }
+        }
+    }
+    waiters.sort();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    waiters
+        .into_iter()
+        .map(|(ticket, call, on)| {
+            let age = now.saturating_sub(Duration::from_micros(ticket));
+            let identity = call.split_once(':').map_or(call.as_str(), |(_, i)| i);
+            (ticket, identity.to_string(), age, on)
+        })
+        .collect()
+}
+
+/// The fair lock's queue, one waiter a row.
+fn print_queue(keys: &Keys, queue: &[(u64, String, Duration, usize)], answered: usize) {
+    out!("{}: {} waiter(s) in line", keys.queue, queue.len());
+    out!("{:<20} {:<32} {:>8} QUEUED ON", "TICKET", "WAITER", "AGE");
+    for (ticket, identity, age, on) in queue {
+        out!(
+            "{ticket:<20} {identity:<32} {:>7.1}s {on}/{answered}",
+            age.as_secs_f64()
+        );
+    }
 }
 
 /// The semaphore whose permits record reads `raw`: each slot's lock key
