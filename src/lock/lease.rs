@@ -150,7 +150,11 @@ impl Lease {
     /// Marks the lease lost with `reason` if `decide` says so, judged on
     /// its state under the same lock, so that no extension can succeed in
     /// between. Returns whether it did.
-    pub(crate) fn mark_lost_if(&self, reason: LossReason, decide: impl FnOnce(&Renewal) -> bool) -> bool {
+    pub(crate) fn mark_lost_if(
+        &self,
+        reason: LossReason,
+        decide: impl FnOnce(&Renewal) -> bool,
+    ) -> bool {
         let mut st = self.state.lock();
         if st.released || st.lost.is_some() {
             return false;

@@ -57,7 +57,11 @@ impl Shared {
     /// Claims for a call the first of `slots` that no permit or call of
     /// this client holds, if any; [`permit_gone`](Self::permit_gone) gives
     /// it back.
-    pub(crate) fn claim_slot(&self, semaphore: &str, mut slots: impl Iterator<Item = u32>) -> Option<u32> {
+    pub(crate) fn claim_slot(
+        &self,
+        semaphore: &str,
+        mut slots: impl Iterator<Item = u32>,
+    ) -> Option<u32> {
         let mut held = self.permits_held.lock();
         let taken = held.entry(semaphore.to_string()).or_default();
         let slot = slots.find(|slot| !taken.contains(slot));

@@ -104,7 +104,13 @@ impl Instances {
 
     /// Records a `TIME` reply of position `index`, read in a round of its
     /// own, for the proposal of new tokens.
-    pub(crate) fn record_clock(&self, index: usize, reply: &Value, sent: Instant, received: Instant) {
+    pub(crate) fn record_clock(
+        &self,
+        index: usize,
+        reply: &Value,
+        sent: Instant,
+        received: Instant,
+    ) {
         if let Some(clock) = self.clocks.get(index) {
             clock.record(reply, sent, received);
         }
@@ -112,7 +118,10 @@ impl Instances {
 
     /// What position `index`'s latest connection runs natively (nothing
     /// for a cluster position: its shards are not probed).
-    pub(crate) fn native_commands(&self, index: usize) -> Option<crate::protocol::native::Commands> {
+    pub(crate) fn native_commands(
+        &self,
+        index: usize,
+    ) -> Option<crate::protocol::native::Commands> {
         self.support.get(index).map(|s| s.commands())
     }
 

@@ -256,7 +256,12 @@ impl Watch<'_> {
     /// Waits until `count` instances subscribed to the channel, the
     /// deadline, or `stop` disconnecting (a cancel). After that, a release
     /// on those instances cannot go unseen.
-    pub(crate) fn wait_subscribed(&self, count: usize, deadline: Instant, stop: Option<&Receiver<()>>) {
+    pub(crate) fn wait_subscribed(
+        &self,
+        count: usize,
+        deadline: Instant,
+        stop: Option<&Receiver<()>>,
+    ) {
         for _ in 0..count {
             if receive_until(&self.subscribed, deadline, stop).is_none() {
                 return;
