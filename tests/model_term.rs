@@ -411,6 +411,7 @@ fn shortest_break(label: &str, model: TermModel, property: &'static str) -> Vec<
 }
 
 #[test]
+#[ignore = "long model search (minutes): `cargo test --test model_term -- --ignored`, run by .ci/run"]
 fn a_term_is_reported_only_with_the_leader_that_recorded_it() {
     let checker = model_support::exhaustively(
         "term record",
