@@ -50,6 +50,8 @@ const MAX_OBSERVE_POLL: Duration = Duration::from_millis(100);
 /// term.resign()?; // standbys take over at once
 /// # Ok::<(), redfence::Error>(())
 /// ```
+// Dropping it joins its observer threads.
+#[clippy::has_significant_drop]
 pub struct Election {
     locks: Redlock,
     name: String,
@@ -390,6 +392,7 @@ fn observe(
 /// # Ok::<(), redfence::Error>(())
 /// ```
 #[must_use = "if unused the leadership is resigned immediately"]
+#[clippy::has_significant_drop]
 pub struct Leadership {
     guard: Option<LockGuard>,
     election: String,

@@ -23,21 +23,21 @@ use crate::{Error, FencingToken, LossReason};
 /// Metric names: the contract dashboards rely on.
 #[cfg(feature = "metrics")]
 mod names {
-    pub const ACQUIRE_TOTAL: &str = "redfence_acquire_total";
-    pub const ACQUIRE_ATTEMPTS_TOTAL: &str = "redfence_acquire_attempts_total";
-    pub const ACQUIRE_DURATION: &str = "redfence_acquire_duration_seconds";
-    pub const HOLD_DURATION: &str = "redfence_hold_duration_seconds";
-    pub const EXTEND_TOTAL: &str = "redfence_extend_total";
-    pub const LEASE_LOST_TOTAL: &str = "redfence_lease_lost_total";
-    pub const FENCE_RAISE_TOTAL: &str = "redfence_fence_raise_total";
-    pub const INSTANCE_ERRORS_TOTAL: &str = "redfence_instance_errors_total";
-    pub const HELD_LOCKS: &str = "redfence_held_locks";
-    pub const HELD_PERMITS: &str = "redfence_held_permits";
-    pub const OWED_RELEASES: &str = "redfence_owed_releases";
-    pub const OWED_RELEASES_DROPPED_TOTAL: &str = "redfence_owed_releases_dropped_total";
-    pub const LEADER: &str = "redfence_leader";
-    pub const CLOCK_OFFSET: &str = "redfence_instance_clock_offset_seconds";
-    pub const LEADER_CHANGES_TOTAL: &str = "redfence_leader_changes_total";
+    pub(crate) const ACQUIRE_TOTAL: &str = "redfence_acquire_total";
+    pub(crate) const ACQUIRE_ATTEMPTS_TOTAL: &str = "redfence_acquire_attempts_total";
+    pub(crate) const ACQUIRE_DURATION: &str = "redfence_acquire_duration_seconds";
+    pub(crate) const HOLD_DURATION: &str = "redfence_hold_duration_seconds";
+    pub(crate) const EXTEND_TOTAL: &str = "redfence_extend_total";
+    pub(crate) const LEASE_LOST_TOTAL: &str = "redfence_lease_lost_total";
+    pub(crate) const FENCE_RAISE_TOTAL: &str = "redfence_fence_raise_total";
+    pub(crate) const INSTANCE_ERRORS_TOTAL: &str = "redfence_instance_errors_total";
+    pub(crate) const HELD_LOCKS: &str = "redfence_held_locks";
+    pub(crate) const HELD_PERMITS: &str = "redfence_held_permits";
+    pub(crate) const OWED_RELEASES: &str = "redfence_owed_releases";
+    pub(crate) const OWED_RELEASES_DROPPED_TOTAL: &str = "redfence_owed_releases_dropped_total";
+    pub(crate) const LEADER: &str = "redfence_leader";
+    pub(crate) const CLOCK_OFFSET: &str = "redfence_instance_clock_offset_seconds";
+    pub(crate) const LEADER_CHANGES_TOTAL: &str = "redfence_leader_changes_total";
 }
 #[cfg(feature = "metrics")]
 use names::*;
@@ -45,10 +45,10 @@ use names::*;
 /// Event targets, so that a filter can pick an area (`redfence::lease=warn`).
 #[cfg(feature = "tracing")]
 mod targets {
-    pub const LOCK: &str = "redfence::lock";
-    pub const LEASE: &str = "redfence::lease";
-    pub const INSTANCE: &str = "redfence::instance";
-    pub const ELECTION: &str = "redfence::election";
+    pub(crate) const LOCK: &str = "redfence::lock";
+    pub(crate) const LEASE: &str = "redfence::lease";
+    pub(crate) const INSTANCE: &str = "redfence::instance";
+    pub(crate) const ELECTION: &str = "redfence::election";
 }
 
 /// Registers the help text and unit of every redfence metric with the
@@ -317,7 +317,7 @@ impl LockCall {
     #[inline]
     /// `resource` as the caller can name it in a log line (a name the call
     /// will refuse may be of any size: the caller shortens it).
-    pub fn start(resource: &str, wait: Duration) -> Self {
+    pub(crate) fn start(resource: &str, wait: Duration) -> Self {
         LockCall {
             #[cfg(any(feature = "metrics", feature = "tracing"))]
             started: Instant::now(),
@@ -336,7 +336,7 @@ impl LockCall {
 
     /// Runs the call's attempts inside its span, so their events carry it.
     #[inline]
-    pub fn in_scope<T>(&self, f: impl FnOnce() -> T) -> T {
+    pub(crate) fn in_scope<T>(&self, f: impl FnOnce() -> T) -> T {
         #[cfg(feature = "tracing")]
         let out = self.span.in_scope(f);
         #[cfg(not(feature = "tracing"))]
@@ -348,7 +348,7 @@ impl LockCall {
     /// of attempts.
     #[inline]
     /// `result` is the grant's (first member's) token, or the error.
-    pub fn finish(self, result: Result<FencingToken, &Error>, attempts: u32) {
+    pub(crate) fn finish(self, result: Result<FencingToken, &Error>, attempts: u32) {
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         {
             let outcome = match result {
@@ -590,7 +590,7 @@ pub(crate) struct InstanceHealth {
 
 impl InstanceHealth {
     #[inline]
-    pub fn new(instance: &str) -> Self {
+    pub(crate) fn new(instance: &str) -> Self {
         InstanceHealth {
             #[cfg(any(feature = "metrics", feature = "tracing"))]
             instance: instance.to_string(),
@@ -605,7 +605,7 @@ impl InstanceHealth {
     /// failure, I/O error or timeout fails the whole rest of a pipeline at
     /// once and counts once; each error reply counts once.
     #[inline]
-    pub fn observe(&self, results: &[Result<Vec<Value>, InstanceError>]) {
+    pub(crate) fn observe(&self, results: &[Result<Vec<Value>, InstanceError>]) {
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         {
             let failure = results.iter().find_map(|r| r.as_ref().err());
@@ -649,7 +649,7 @@ impl InstanceHealth {
     /// After a round of the worker: `queued` releases are owed to the
     /// instance, and `dropped` were just given up.
     #[inline]
-    pub fn owed(&self, queued: usize, dropped: usize) {
+    pub(crate) fn owed(&self, queued: usize, dropped: usize) {
         #[cfg(feature = "metrics")]
         {
             // Adjusted by the change rather than set, so that several

@@ -80,7 +80,7 @@ fn fake_clock_cluster(n: usize) -> Option<RedisServers> {
 
 /// A client whose instance timeout leaves room for a loaded machine (the faults here are clocks, not slowness).
 fn client(cluster: &RedisServers) -> Redlock {
-    Redlock::builder(cluster.urls())
+    common::builder(cluster)
         .instance_timeout(Duration::from_millis(250))
         .retry_delay(Duration::from_millis(20))
         .build()

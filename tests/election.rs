@@ -206,7 +206,7 @@ fn resign_hands_over_at_once_woken_by_the_release() {
     let cluster = RedisServers::start(5);
     // A long retry pause: a handover by polling would show.
     let client = |id: &str| {
-        Redlock::builder(cluster.urls())
+        common::builder(&cluster)
             .identity(id)
             .retry_delay(Duration::from_secs(1))
             .build()
@@ -258,12 +258,7 @@ fn resign_hands_over_at_once_woken_by_the_release() {
 #[test]
 fn observers_see_every_leader_with_identity_and_term() {
     let cluster = RedisServers::start(5);
-    let client = |id: &str| {
-        Redlock::builder(cluster.urls())
-            .identity(id)
-            .build()
-            .unwrap()
-    };
+    let client = |id: &str| common::builder(&cluster).identity(id).build().unwrap();
     let (a, b, watcher) = (client("a"), client("b"), client("watcher"));
     let ea = a.election("observed").unwrap().lease(LEASE);
     let eb = b.election("observed").unwrap().lease(LEASE);
@@ -319,12 +314,7 @@ fn observers_see_every_leader_with_identity_and_term() {
 #[test]
 fn a_leader_elected_again_is_never_reported_with_its_earlier_term() {
     let cluster = RedisServers::start(3);
-    let client = |id: &str| {
-        Redlock::builder(cluster.urls())
-            .identity(id)
-            .build()
-            .unwrap()
-    };
+    let client = |id: &str| common::builder(&cluster).identity(id).build().unwrap();
     let (before, after, watcher) = (client("sched"), client("sched"), client("watcher"));
     let first = before
         .election("twice")
@@ -404,7 +394,7 @@ fn election_names_are_validated_and_campaign_for_times_out_as_contended() {
         locks.election(&"x".repeat(2000)),
         Err(Error::InvalidResource { .. })
     ));
-    let other = Redlock::builder(cluster.urls())
+    let other = common::builder(&cluster)
         .identity("incumbent")
         .build()
         .unwrap();
@@ -427,12 +417,7 @@ fn election_names_are_validated_and_campaign_for_times_out_as_contended() {
 #[test]
 fn run_leads_only_after_winning_stops_on_stop_and_returns_errors() {
     let cluster = RedisServers::start(3);
-    let client = |id: &str| {
-        Redlock::builder(cluster.urls())
-            .identity(id)
-            .build()
-            .unwrap()
-    };
+    let client = |id: &str| common::builder(&cluster).identity(id).build().unwrap();
     let (a, b) = (client("incumbent"), client("runner"));
     let incumbent = a.election("svc").unwrap().lease(LEASE);
     let runner = b.election("svc").unwrap().lease(LEASE);
@@ -523,7 +508,7 @@ fn a_campaign_on_a_foreign_key_returns_the_error() {
 #[test]
 fn a_leadership_describes_itself_and_a_new_term_is_reported() {
     let cluster = RedisServers::start(3);
-    let locks = Redlock::builder(cluster.urls())
+    let locks = common::builder(&cluster)
         .identity("node-a")
         .build()
         .unwrap();
@@ -586,11 +571,11 @@ fn a_leadership_describes_itself_and_a_new_term_is_reported() {
 #[test]
 fn a_cancelled_campaign_returns_at_once() {
     let cluster = RedisServers::start(3);
-    let leader = Redlock::builder(cluster.urls()).build().unwrap();
+    let leader = common::client(&cluster);
     let _term = leader.election("shutdown").unwrap().campaign().unwrap();
     let shutdown = redfence::Cancel::new();
     let (tx, rx) = crossbeam_channel::bounded(1);
-    let standby = Redlock::builder(cluster.urls()).build().unwrap();
+    let standby = common::client(&cluster);
     let election = standby.election("shutdown").unwrap().cancel(&shutdown);
     let campaign = std::thread::spawn(move || {
         let _ = tx.send(election.campaign().map(|t| t.term()));

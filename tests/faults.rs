@@ -760,7 +760,7 @@ fn a_restart_delayed_past_the_ttl_keeps_holders_apart() {
     let _turn = restarts_alone();
     let cluster = RedisServers::start(5);
     let a_client = steady_client(cluster.urls());
-    let b_client = Redlock::builder(cluster.urls())
+    let b_client = common::builder(&cluster)
         .instance_timeout(STEADY)
         .retry_delay(Duration::from_millis(20))
         .build()

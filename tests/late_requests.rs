@@ -128,7 +128,7 @@ fn a_late_acquire_after_a_lost_counter_does_not_send_tokens_backwards() {
 fn a_hold_survives_a_release_that_never_lands() {
     let net = Proxied::start(3);
     let holder = build(net.builder().instance_timeout(Duration::from_millis(100)));
-    let rival = build(Redlock::builder(net.cluster.urls()));
+    let rival = build(common::builder(&net.cluster));
     let (ttl, hold) = (Duration::from_millis(500), Duration::from_secs(4));
     let options = LockOptions::new()
         .ttl(ttl)
@@ -615,7 +615,7 @@ fn a_late_unlock_does_not_delete_a_later_holders_key() {
         lock_values(&net.cluster, "job")[c].is_some(),
         "the late delete took H2's key on C"
     );
-    let h3 = build(Redlock::builder(net.cluster.urls()));
+    let h3 = build(common::builder(&net.cluster));
     match h3.try_lock("job") {
         Err(Error::Contended { .. }) => {}
         other => panic!(

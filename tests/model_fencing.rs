@@ -77,15 +77,12 @@
 //!
 //! [stateright]: https://docs.rs/stateright
 
-use std::time::Instant;
-
 #[path = "common/model.rs"]
 mod model_support;
 
+use model_support::{Stop, N, QUORUM};
 use stateright::{Checker, Model, Property};
 
-const N: usize = 3;
-const QUORUM: usize = N / 2 + 1;
 /// Clock units per tick.
 const K: u16 = 4;
 /// How far ahead of its clock an instance takes a proposal.
@@ -488,29 +485,22 @@ fn representative(s: &State) -> State {
 
 /// The shortest behaviour that sends tokens back under `rules`, and how far
 /// instance 0's clock ran ahead at its start.
-fn counterexample(rules: Rules, clock_faults: bool) -> (Vec<Action>, u16) {
-    let start = Instant::now();
-    let checker = FencingModel {
+fn shortest_break(rules: Rules, clock_faults: bool) -> (Vec<Action>, u16) {
+    let model = FencingModel {
         rules,
         max_faults: 1,
         clock_faults,
         quiet: true,
-    }
-    .checker()
-    .target_state_count(BOUND)
-    .spawn_bfs()
-    .join();
-    model_support::report(&format!("{rules:?}"), start, &checker);
-    let path = checker
-        .discovery(TOKENS_INCREASE)
-        .unwrap_or_else(|| panic!("{rules:?} must send tokens backwards"));
+    };
+    let stop = Stop {
+        bound: Some(BOUND),
+        at_failure: false,
+    };
+    let label = format!("{rules:?}");
+    let (_, path) = model_support::counterexample(&label, model, stop, &[TOKENS_INCREASE]);
     let skew = path.clone().into_states().first().map_or(0, |s| s.skew);
-    let actions = path.into_actions();
-    println!(
-        "counterexample ({} steps, instance 0's clock {skew} units ahead at the start): {actions:?}",
-        actions.len()
-    );
-    (actions, skew)
+    println!("instance 0's clock {skew} units ahead at the start");
+    (path.into_actions(), skew)
 }
 
 /// Where the searches stop (the design's whole space has more than 22
@@ -521,26 +511,20 @@ const BOUND: usize = 40_000_000;
 /// every request late, out of order or lost, and a lost or restored
 /// counter.
 #[test]
+#[ignore = "long model search (minutes): `cargo test --test model_fencing -- --ignored`, run by .ci/run"]
 fn tokens_strictly_increase_with_late_and_lost_requests() {
-    let start = Instant::now();
-    let checker = FencingModel {
+    let model = FencingModel {
         rules: Rules::Design,
         max_faults: 1,
         clock_faults: true,
         quiet: false,
-    }
-    .checker()
-    .threads(model_support::cores())
-    .symmetry_fn(representative)
-    .target_state_count(BOUND)
-    .spawn_dfs()
-    .join();
-    model_support::report("design", start, &checker);
-    // The search stops at `BOUND` generated states (`is_done` is true then
-    // too): it does not cover the whole space.
+    };
+    let checker = model_support::dfs("design", model, Some(representative), Some(BOUND));
+    // The design's whole space is beyond `BOUND`: the search covers part.
+    let covered = model_support::exhaustive(&checker, Some(BOUND));
     println!(
         "exhaustive: {}",
-        if checker.state_count() < BOUND {
+        if covered {
             "yes"
         } else {
             "no, stopped at the bound"
@@ -557,7 +541,7 @@ fn tokens_strictly_increase_with_late_and_lost_requests() {
 /// was lost and newer tokens were handed out, recreates it from the past.
 #[test]
 fn a_counter_created_from_the_clients_seed_sends_tokens_backwards() {
-    let (actions, _) = counterexample(Rules::ClientSeed, false);
+    let (actions, _) = shortest_break(Rules::ClientSeed, false);
     assert!(actions.iter().any(|a| matches!(a, Action::Lost(_))));
 }
 
@@ -570,7 +554,7 @@ fn a_counter_created_from_the_clients_seed_sends_tokens_backwards() {
 /// it.)
 #[test]
 fn the_highest_answer_raised_everywhere_sends_tokens_back_after_a_clock_excursion() {
-    let (actions, skew) = counterexample(Rules::Highest, true);
+    let (actions, skew) = shortest_break(Rules::Highest, true);
     assert!(skew > 0, "the counterexample needs a clock ahead");
     assert!(actions
         .iter()

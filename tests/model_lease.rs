@@ -64,15 +64,11 @@
 //!
 //! [stateright]: https://docs.rs/stateright
 
-use std::time::Instant;
-
 #[path = "common/model.rs"]
 mod model_support;
 
+use model_support::{Stop, N, QUORUM};
 use stateright::{Checker, Model, Property};
-
-const N: usize = 3;
-const QUORUM: usize = N / 2 + 1;
 
 // --- Extensions ----------------------------------------------------------
 
@@ -652,41 +648,27 @@ impl Model for CleanupModel {
 }
 
 /// Searches every behaviour of `model` and asserts its properties.
-fn exhaustively(label: &str, model: ExtendModel) {
-    let start = Instant::now();
-    let checker = model
-        .checker()
-        .threads(model_support::cores())
-        .symmetry_fn(lease_representative)
-        .spawn_dfs()
-        .join();
-    model_support::report(label, start, &checker);
-    assert!(checker.is_done());
-    checker.assert_properties();
+fn assert_safe(label: &str, model: ExtendModel) {
+    model_support::exhaustively(label, model, Some(lease_representative), None).assert_properties();
 }
 
 #[test]
+#[ignore = "long model search (minutes): `cargo test --test model_lease -- --ignored`, run by .ci/run"]
 fn extensions_never_cut_a_lease_the_client_believes_in() {
-    exhaustively("extend with GT", ExtendModel::new(Expire::Gt));
+    assert_safe("extend with GT", ExtendModel::new(Expire::Gt));
 }
 
 #[test]
+#[ignore = "long model search (minutes): `cargo test --test model_lease -- --ignored`, run by .ci/run"]
 fn a_plain_pexpire_lets_a_late_short_extension_cut_the_lease() {
-    let start = Instant::now();
-    let checker = ExtendModel {
+    let model = ExtendModel {
         shorten_on_failure: true,
         ..ExtendModel::new(Expire::Plain)
     }
-    .broken(BELIEVED)
-    .checker()
-    .spawn_bfs()
-    .join();
-    model_support::report("extend with plain PEXPIRE", start, &checker);
-    let path = checker
-        .discovery(BELIEVED)
-        .expect("a late short extension must break it");
+    .broken(BELIEVED);
+    let label = "extend with plain PEXPIRE";
+    let (_, path) = model_support::counterexample(label, model, Stop::END, &[BELIEVED]);
     let actions = path.into_actions();
-    println!("counterexample: {actions:?}");
     assert!(
         actions.iter().any(|a| matches!(a, LeaseAction::Land(_))),
         "the counterexample needs an extension that lands late"
@@ -694,8 +676,9 @@ fn a_plain_pexpire_lets_a_late_short_extension_cut_the_lease() {
 }
 
 #[test]
+#[ignore = "long model search (minutes): `cargo test --test model_lease -- --ignored`, run by .ci/run"]
 fn native_extensions_of_the_leases_own_ttl_never_cut_a_believed_lease() {
-    exhaustively(
+    assert_safe(
         "extend natively with the lease's TTL",
         ExtendModel::native_design(),
     );
@@ -704,21 +687,16 @@ fn native_extensions_of_the_leases_own_ttl_never_cut_a_believed_lease() {
 /// The counterexample of a native variant that must fail, and whether a
 /// native request landing late is part of it.
 fn native_counterexample(only_within: bool, cap: bool) -> (Vec<LeaseAction>, bool) {
-    let checker = ExtendModel::new(Expire::Native {
+    let model = ExtendModel::new(Expire::Native {
         ttl: FIRST_TTL,
         only_within,
         cap,
     })
-    .broken(BELIEVED)
-    .checker()
-    .spawn_bfs()
-    .join();
-    let path = checker
-        .discovery(BELIEVED)
-        .expect("this native variant must break the property");
+    .broken(BELIEVED);
+    let label = format!("native extension, only within {only_within}, capped {cap}");
+    let (_, path) = model_support::counterexample(&label, model, Stop::END, &[BELIEVED]);
     let states = path.clone().into_states();
     let actions = path.into_actions();
-    println!("counterexample: {actions:?}");
     let late_native = actions
         .iter()
         .zip(&states)
@@ -727,6 +705,7 @@ fn native_counterexample(only_within: bool, cap: bool) -> (Vec<LeaseAction>, boo
 }
 
 #[test]
+#[ignore = "long model search (minutes): `cargo test --test model_lease -- --ignored`, run by .ci/run"]
 fn a_longer_round_believed_in_full_is_cut_by_a_late_native_extension() {
     let (actions, late_native) = native_counterexample(true, false);
     assert!(
@@ -739,6 +718,7 @@ fn a_longer_round_believed_in_full_is_cut_by_a_late_native_extension() {
 }
 
 #[test]
+#[ignore = "long model search (minutes): `cargo test --test model_lease -- --ignored`, run by .ci/run"]
 fn a_native_extension_sent_under_a_longer_belief_cuts_it() {
     // Even in time: SET … PX sets the expiry it is given, shorter or not.
     let (actions, _) = native_counterexample(false, true);
@@ -751,8 +731,9 @@ fn a_native_extension_sent_under_a_longer_belief_cuts_it() {
 /// extends it only with `PEXPIRE … GT`, so an extension landing after the
 /// hold's release only lengthens the keys.
 #[test]
+#[ignore = "long model search (minutes): `cargo test --test model_lease -- --ignored`, run by .ci/run"]
 fn a_hold_is_never_cut_short_by_a_late_extension() {
-    exhaustively(
+    assert_safe(
         "a lease with a hold",
         ExtendModel::native_design().with_hold(false),
     );
@@ -763,20 +744,14 @@ fn a_hold_is_never_cut_short_by_a_late_extension() {
 /// then, below the hold's end: why a lease with a hold never extends
 /// natively.
 #[test]
+#[ignore = "long model search (minutes): `cargo test --test model_lease -- --ignored`, run by .ci/run"]
 fn a_native_extension_cuts_the_hold() {
-    let checker = ExtendModel::native_design()
+    let model = ExtendModel::native_design()
         .with_hold(true)
-        .broken(HOLD_KEPT)
-        .checker()
-        .threads(model_support::cores())
-        .spawn_bfs()
-        .join();
-    let path = checker
-        .discovery(HOLD_KEPT)
-        .expect("a native extension must cut the hold");
+        .broken(HOLD_KEPT);
+    let label = "native extension of a hold";
+    let (_, path) = model_support::counterexample(label, model, Stop::END, &[HOLD_KEPT]);
     let states = path.clone().into_states();
-    let actions = path.into_actions();
-    println!("counterexample ({} steps): {actions:?}", actions.len());
     assert!(
         states.last().is_some_and(|s| s.native_sent),
         "the counterexample needs a native extension"
@@ -784,20 +759,16 @@ fn a_native_extension_cuts_the_hold() {
 }
 
 #[test]
+#[ignore = "long model search (minutes): `cargo test --test model_lease -- --ignored`, run by .ci/run"]
 fn a_hold_resting_on_its_release_is_cut_short_when_the_release_is_lost() {
-    let checker = ExtendModel {
+    let model = ExtendModel {
         keys_outlive_hold: false,
         ..ExtendModel::new(Expire::Gt).with_hold(false)
     }
-    .broken(HOLD_KEPT)
-    .checker()
-    .spawn_bfs()
-    .join();
-    let path = checker
-        .discovery(HOLD_KEPT)
-        .expect("a lost release must cut a hold that rests on it");
+    .broken(HOLD_KEPT);
+    let label = "a hold resting on its release";
+    let (_, path) = model_support::counterexample(label, model, Stop::END, &[HOLD_KEPT]);
     let actions = path.into_actions();
-    println!("counterexample: {actions:?}");
     assert!(
         !actions
             .iter()
@@ -808,36 +779,31 @@ fn a_hold_resting_on_its_release_is_cut_short_when_the_release_is_lost() {
 
 #[test]
 fn a_clean_up_never_leaves_an_orphan_lock() {
-    let start = Instant::now();
-    let checker = CleanupModel {
+    let model = CleanupModel {
         void_key: true,
         void_always: true,
         resend_is_grant: true,
         hold_release: false,
-    }
-    .checker()
-    .spawn_dfs()
-    .join();
-    model_support::report("clean-up with void key", start, &checker);
-    assert!(checker.is_done());
-    checker.assert_properties();
+    };
+    model_support::exhaustively("clean-up with void key", model, None, None).assert_properties();
 }
 
 #[test]
 fn without_the_void_key_a_clean_up_overtaken_by_its_acquire_leaves_an_orphan() {
-    let checker = CleanupModel {
+    let model = CleanupModel {
         void_key: false,
         void_always: false,
         resend_is_grant: true,
         hold_release: false,
-    }
-    .checker()
-    .spawn_bfs()
-    .join();
-    let path = checker
-        .discovery("no orphan once everything landed")
-        .expect("an acquire landing after its clean-up must leave an orphan");
-    println!("counterexample: {:?}", path.into_actions());
+    };
+    let label = "clean-up without the void key";
+    // an acquire landing after its clean-up must leave an orphan
+    model_support::counterexample(
+        label,
+        model,
+        Stop::END,
+        &["no orphan once everything landed"],
+    );
 }
 
 /// A void key only where the lock was not ours is not enough: the first
@@ -845,37 +811,39 @@ fn without_the_void_key_a_clean_up_overtaken_by_its_acquire_leaves_an_orphan() {
 /// the resent copy lands after that.
 #[test]
 fn a_clean_up_that_voids_only_where_it_found_nothing_leaves_an_orphan_after_a_resend() {
-    let checker = CleanupModel {
+    let model = CleanupModel {
         void_key: true,
         void_always: false,
         resend_is_grant: true,
         hold_release: false,
-    }
-    .checker()
-    .spawn_bfs()
-    .join();
-    let path = checker
-        .discovery("no orphan once everything landed")
-        .expect("a resend landing after the clean-up must leave an orphan");
-    println!("counterexample: {:?}", path.into_actions());
+    };
+    let label = "clean-up voiding only where it found nothing";
+    // a resend landing after the clean-up must leave an orphan
+    model_support::counterexample(
+        label,
+        model,
+        Stop::END,
+        &["no orphan once everything landed"],
+    );
 }
 
 #[test]
 fn a_resend_counted_as_held_skips_the_clean_up_and_leaves_an_orphan() {
-    let checker = CleanupModel {
+    let model = CleanupModel {
         void_key: true,
         void_always: true,
         resend_is_grant: false,
         hold_release: false,
-    }
-    .checker()
-    .spawn_bfs()
-    .join();
-    let path = checker
-        .discovery("no orphan once everything landed")
-        .expect("a resend read as 'held' must leave an orphan");
+    };
+    let label = "clean-up, a resend counted as held";
+    // a resend read as 'held' must leave an orphan
+    let (_, path) = model_support::counterexample(
+        label,
+        model,
+        Stop::END,
+        &["no orphan once everything landed"],
+    );
     let actions = path.into_actions();
-    println!("counterexample: {actions:?}");
     assert!(
         actions
             .iter()
@@ -893,35 +861,27 @@ fn a_resend_counted_as_held_skips_the_clean_up_and_leaves_an_orphan() {
 /// afresh after the release.
 #[test]
 fn a_hold_release_leaves_the_void_key_where_its_acquire_had_not_landed() {
-    let start = Instant::now();
-    let checker = CleanupModel {
+    let model = CleanupModel {
         void_key: true,
         void_always: false,
         resend_is_grant: true,
         hold_release: true,
-    }
-    .checker()
-    .spawn_dfs()
-    .join();
-    model_support::report("hold release with void key", start, &checker);
-    checker.assert_properties();
+    };
+    model_support::exhaustively("hold release with void key", model, None, None)
+        .assert_properties();
 }
 
 /// Without the void key, the hold's release overtakes its acquire, which
 /// then takes the lock for a holder that has released it.
 #[test]
 fn a_hold_release_without_the_void_key_is_overtaken_by_its_acquire() {
-    let checker = CleanupModel {
+    let model = CleanupModel {
         void_key: false,
         void_always: false,
         resend_is_grant: true,
         hold_release: true,
-    }
-    .checker()
-    .spawn_bfs()
-    .join();
-    let path = checker
-        .discovery(NOT_REWRITTEN)
-        .expect("an acquire landing after the hold's release must take the lock");
-    println!("counterexample: {:?}", path.into_actions());
+    };
+    let label = "hold release without the void key";
+    // an acquire landing after the hold's release must take the lock
+    model_support::counterexample(label, model, Stop::END, &[NOT_REWRITTEN]);
 }

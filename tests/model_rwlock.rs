@@ -123,15 +123,12 @@
 //!
 //! [stateright]: https://docs.rs/stateright
 
-use std::time::Instant;
-
 #[path = "common/model.rs"]
 mod model_support;
 
-use stateright::{Checker, HasDiscoveries, Model, Property};
+use model_support::{Stop, N, QUORUM};
+use stateright::{Checker, Model, Property};
 
-const N: usize = 3;
-const QUORUM: usize = N / 2 + 1;
 /// Attempts in a run, at most.
 const ATTEMPTS: usize = 3;
 
@@ -901,22 +898,9 @@ fn representative(s: &RwState) -> RwState {
 /// interchangeable and attempts of one kind too, and asserts that no safety
 /// property its scope checks fails, and that the search reached each of
 /// `reached`.
-fn exhaustively(label: &str, model: RwModel, reached: &[&'static str]) {
-    let start = Instant::now();
+fn assert_safe(label: &str, model: RwModel, reached: &[&'static str]) {
     let scope = model.scope;
-    let checker = model
-        .checker()
-        .threads(model_support::cores())
-        .symmetry_fn(representative)
-        .target_state_count(BOUND)
-        .spawn_dfs()
-        .join();
-    model_support::report(label, start, &checker);
-    // The checker stops early once it generated `BOUND` states.
-    assert!(
-        checker.state_count() < BOUND,
-        "the search must be exhaustive"
-    );
+    let checker = model_support::exhaustively(label, model, Some(representative), Some(BOUND));
     for property in SAFETY.into_iter().filter(|p| scope.checks(p)) {
         if let Some(path) = checker.discovery(property) {
             panic!("{label}: {property}: {:?}", path.into_actions());
@@ -931,24 +915,17 @@ fn exhaustively(label: &str, model: RwModel, reached: &[&'static str]) {
 const BOUND: usize = 30_000_000;
 
 /// The shortest behaviour of `model` that breaks `property`.
-fn counterexample(label: &str, model: RwModel, property: &'static str) -> Vec<RwAction> {
-    let start = Instant::now();
-    let checker = RwModel {
+fn shortest_break(label: &str, model: RwModel, property: &'static str) -> Vec<RwAction> {
+    let focused = RwModel {
         focus: Some(property),
         ..model
-    }
-    .checker()
-    .target_state_count(BOUND)
-    .finish_when(HasDiscoveries::AnyFailures)
-    .spawn_bfs()
-    .join();
-    model_support::report(label, start, &checker);
-    let path = checker
-        .discovery(property)
-        .unwrap_or_else(|| panic!("{label} must break \"{property}\""));
-    let actions = path.into_actions();
-    println!("counterexample ({} steps): {actions:?}", actions.len());
-    actions
+    };
+    let stop = Stop {
+        bound: Some(BOUND),
+        at_failure: true,
+    };
+    let (_, path) = model_support::counterexample(label, focused, stop, &[property]);
+    path.into_actions()
 }
 
 use Kind::{Read, Write};
@@ -972,13 +949,14 @@ fn model(kinds: &'static [Kind], scope: Scope, duplicates: usize) -> RwModel {
 
 /// Exclusion, three attempts.
 #[test]
+#[ignore = "long model search (minutes): `cargo test --test model_rwlock -- --ignored`, run by .ci/run"]
 fn a_valid_writer_excludes_every_other_valid_guard() {
-    exhaustively(
+    assert_safe(
         "exclusion, one writer and two readers",
         model(ONE_WRITER, Scope::Keys, 0),
         &[READERS_SHARE, INTENT],
     );
-    exhaustively(
+    assert_safe(
         "exclusion, two writers and one reader",
         model(TWO_WRITERS, Scope::Keys, 0),
         &[],
@@ -987,13 +965,14 @@ fn a_valid_writer_excludes_every_other_valid_guard() {
 
 /// Tokens, three attempts.
 #[test]
+#[ignore = "long model search (minutes): `cargo test --test model_rwlock -- --ignored`, run by .ci/run"]
 fn a_write_token_is_above_every_token_granted_before_it() {
-    exhaustively(
+    assert_safe(
         "tokens, one writer and two readers",
         model(ONE_WRITER, Scope::Tokens, 0),
         &[RAISED],
     );
-    exhaustively(
+    assert_safe(
         "tokens, two writers and one reader",
         model(TWO_WRITERS, Scope::Tokens, 0),
         &[RAISED],
@@ -1002,13 +981,14 @@ fn a_write_token_is_above_every_token_granted_before_it() {
 
 /// Everything, two attempts, two acquires landing twice.
 #[test]
+#[ignore = "long model search (minutes): `cargo test --test model_rwlock -- --ignored`, run by .ci/run"]
 fn two_attempts_with_resends_keep_every_property() {
-    exhaustively(
+    assert_safe(
         "everything, a writer and a reader",
         model(PAIR, Scope::Full, 2),
         &[RAISED, RESEND, INTENT, VOIDED],
     );
-    exhaustively(
+    assert_safe(
         "everything, two writers",
         model(WRITERS, Scope::Full, 2),
         &[RAISED, RESEND, VOIDED],
@@ -1020,18 +1000,18 @@ fn two_attempts_with_resends_keep_every_property() {
 #[test]
 #[ignore = "deeper run: minutes"]
 fn three_attempts_with_a_resend_keep_every_property() {
-    exhaustively(
+    assert_safe(
         "everything, two writers and one reader, a resend",
         model(TWO_WRITERS, Scope::Full, 1),
         &[RAISED, RESEND, VOIDED],
     );
-    exhaustively(
+    assert_safe(
         "everything, one writer and two readers, a resend",
         model(ONE_WRITER, Scope::Full, 1),
         &[READERS_SHARE, RAISED, RESEND, INTENT, VOIDED],
     );
     for kinds in [ONE_WRITER, TWO_WRITERS] {
-        exhaustively(
+        assert_safe(
             "tokens, the quorum-th smallest answer",
             model(kinds, Scope::Tokens, 0).with(Rules::QuorumTh),
             &[RAISED],
@@ -1050,7 +1030,7 @@ fn decides(actions: &[RwAction], a: usize) -> bool {
 /// A reader granted over the writer's keys.
 #[test]
 fn a_read_acquire_that_ignores_the_writer_breaks_exclusion() {
-    let actions = counterexample(
+    let actions = shortest_break(
         "read ignores the writer",
         RwModel::new(PAIR, Rules::ReadIgnoresWriter),
         EXCLUSION,
@@ -1061,7 +1041,7 @@ fn a_read_acquire_that_ignores_the_writer_breaks_exclusion() {
 /// A writer granted over live readers.
 #[test]
 fn a_write_acquire_that_ignores_the_readers_breaks_exclusion() {
-    let actions = counterexample(
+    let actions = shortest_break(
         "write ignores the readers",
         RwModel::new(PAIR, Rules::WriteIgnoresReaders),
         EXCLUSION,
@@ -1073,7 +1053,7 @@ fn a_write_acquire_that_ignores_the_readers_breaks_exclusion() {
 /// token.
 #[test]
 fn a_write_grant_without_a_bump_repeats_a_token() {
-    let actions = counterexample(
+    let actions = shortest_break(
         "write not bumped",
         RwModel::new(WRITERS, Rules::WriteNotBumped),
         WRITE_TOKENS,
@@ -1085,7 +1065,7 @@ fn a_write_grant_without_a_bump_repeats_a_token() {
 /// not shut that writer out once its lease ran out.
 #[test]
 fn a_read_grant_without_a_bump_repeats_a_writers_token() {
-    let actions = counterexample(
+    let actions = shortest_break(
         "read not bumped",
         RwModel::new(PAIR, Rules::ReadNotBumped),
         READ_TOKENS,
@@ -1097,8 +1077,9 @@ fn a_read_grant_without_a_bump_repeats_a_writers_token() {
 /// answer without a quorum holding it; the writer's quorum, on the
 /// instance that did not answer it, counts only up to it.
 #[test]
+#[ignore = "long model search (minutes): `cargo test --test model_rwlock -- --ignored`, run by .ci/run"]
 fn the_highest_answer_without_a_raise_round_sends_a_write_token_back() {
-    let actions = counterexample(
+    let actions = shortest_break(
         "no raise round",
         model(ONE_WRITER, Scope::Tokens, 0).with(Rules::NoRaise),
         WRITE_TOKENS,
@@ -1117,7 +1098,7 @@ fn the_highest_answer_without_a_raise_round_sends_a_write_token_back() {
 /// the lock and a higher token.
 #[test]
 fn a_client_that_decides_after_its_keys_expired_sends_a_write_token_back() {
-    let actions = counterexample(
+    let actions = shortest_break(
         "no validity",
         model(PAIR, Scope::Tokens, 0).with(Rules::NoValidity),
         WRITE_TOKENS,
@@ -1134,7 +1115,7 @@ fn a_client_that_decides_after_its_keys_expired_sends_a_write_token_back() {
 /// The clean-up lands first and leaves no mark; the acquire lands after.
 #[test]
 fn a_clean_up_without_the_void_mark_leaves_a_late_acquire_holding() {
-    let actions = counterexample(
+    let actions = shortest_break(
         "no void mark",
         model(PAIR, Scope::Full, 0).with(Rules::NoVoid),
         ORPHAN,
@@ -1146,7 +1127,7 @@ fn a_clean_up_without_the_void_mark_leaves_a_late_acquire_holding() {
 /// so it leaves no mark, and the resent copy lands after it.
 #[test]
 fn a_void_mark_only_where_nothing_was_held_lets_a_resend_hold_again() {
-    let actions = counterexample(
+    let actions = shortest_break(
         "void only where nothing was held",
         model(PAIR, Scope::Full, 1).with(Rules::VoidWhereNothingHeld),
         ORPHAN,

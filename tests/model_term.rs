@@ -59,15 +59,12 @@
 //!
 //! [stateright]: https://docs.rs/stateright
 
-use std::time::Instant;
-
 #[path = "common/model.rs"]
 mod model_support;
 
+use model_support::{Stop, N, QUORUM};
 use stateright::{Checker, Model, Property};
 
-const N: usize = 3;
-const QUORUM: usize = N / 2 + 1;
 const GRANTS: usize = 2;
 const CLIENTS: u8 = 2;
 
@@ -404,35 +401,24 @@ fn representative(s: &TermState) -> TermState {
 }
 
 /// The shortest behaviour of `model` that breaks `property`.
-fn counterexample(label: &str, model: TermModel, property: &'static str) -> Vec<TermAction> {
-    let start = Instant::now();
-    let checker = TermModel {
+fn shortest_break(label: &str, model: TermModel, property: &'static str) -> Vec<TermAction> {
+    let focused = TermModel {
         focus: Some(property),
         ..model
-    }
-    .checker()
-    .spawn_bfs()
-    .join();
-    model_support::report(label, start, &checker);
-    let path = checker
-        .discovery(property)
-        .unwrap_or_else(|| panic!("{label} must break \"{property}\""));
-    let actions = path.into_actions();
-    println!("counterexample ({} steps): {actions:?}", actions.len());
-    actions
+    };
+    let (_, path) = model_support::counterexample(label, focused, Stop::END, &[property]);
+    path.into_actions()
 }
 
 #[test]
+#[ignore = "long model search (minutes): `cargo test --test model_term -- --ignored`, run by .ci/run"]
 fn a_term_is_reported_only_with_the_leader_that_recorded_it() {
-    let start = Instant::now();
-    let checker = TermModel::design()
-        .checker()
-        .threads(model_support::cores())
-        .symmetry_fn(representative)
-        .spawn_dfs()
-        .join();
-    model_support::report("term record", start, &checker);
-    assert!(checker.is_done(), "the search must be exhaustive");
+    let checker = model_support::exhaustively(
+        "term record",
+        TermModel::design(),
+        Some(representative),
+        None,
+    );
     checker.assert_no_discovery(OWN_TERM);
     checker.assert_no_discovery(KEPT);
     checker.assert_no_discovery(OBSERVED);
@@ -448,7 +434,7 @@ fn an_observer_grouping_by_identity_reports_a_clients_earlier_term() {
         observer: Observer::ByIdentity,
         ..TermModel::design()
     };
-    let actions = counterexample("observer by identity", model, OBSERVED);
+    let actions = shortest_break("observer by identity", model, OBSERVED);
     let clients: Vec<u8> = actions
         .iter()
         .filter_map(|a| match a {
@@ -468,7 +454,7 @@ fn a_term_write_without_the_value_check_displaces_the_next_leaders_term() {
         value_check: false,
         ..TermModel::design()
     };
-    let actions = counterexample("term.lua without the value check", model, KEPT);
+    let actions = shortest_break("term.lua without the value check", model, KEPT);
     let second_elected = actions
         .iter()
         .position(|a| matches!(a, TermAction::Elect { .. }) && a != &actions[0]);
@@ -487,5 +473,5 @@ fn a_record_without_the_hash_reports_a_term_for_the_next_holder() {
         hashed: false,
         ..TermModel::design()
     };
-    counterexample("record without the hash", model, OWN_TERM);
+    shortest_break("record without the hash", model, OWN_TERM);
 }

@@ -278,7 +278,7 @@ fn a_longer_extension_after_a_native_one_counts_only_the_leases_ttl() {
 #[test]
 fn native_commands_off_keeps_the_scripts_everywhere() {
     let cluster = RedisServers::start(3);
-    let locks = Redlock::builder(cluster.urls())
+    let locks = common::builder(&cluster)
         .native_commands(false)
         .build()
         .unwrap();

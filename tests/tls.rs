@@ -244,7 +244,7 @@ mod with_tls {
         // Room for TLS on a busy machine: the three live instances must all
         // answer each call in time.
         let steady = || {
-            Redlock::builder(cluster.urls())
+            crate::common::builder(&cluster)
                 .tls_certificates(cluster.tls_certificates().unwrap())
                 .instance_timeout(Duration::from_millis(500))
                 .build()
@@ -335,7 +335,7 @@ mod with_tls {
             }),
             root_cert: Some(stranger.ca_pem().to_vec()),
         };
-        match Redlock::builder(cluster.urls())
+        match crate::common::builder(&cluster)
             .tls_certificates(broken)
             .build()
         {

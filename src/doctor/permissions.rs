@@ -159,7 +159,7 @@ pub(super) struct Rules {
 }
 
 impl Rules {
-    pub fn of(prefix: &str) -> Rules {
+    pub(crate) fn of(prefix: &str) -> Rules {
         let rules = crate::acl_rules(prefix);
         Rules {
             keys: rules.get(1).cloned().unwrap_or_default(),

@@ -68,7 +68,7 @@ impl Lifetime {
     /// lands or not (a crash, a lost or late release: `tests/model_lease.rs`).
     /// The release before the hold's end brings them down to the hold's
     /// end (`lua/release_hold.lua`), never below.
-    pub fn of(ttl: Duration, hold: Duration, drift: impl Fn(Duration) -> Duration) -> Self {
+    pub(crate) fn of(ttl: Duration, hold: Duration, drift: impl Fn(Duration) -> Duration) -> Self {
         let keys = if hold.is_zero() {
             ttl
         } else {

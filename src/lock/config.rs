@@ -42,12 +42,12 @@ pub(crate) struct Config {
 
 impl Config {
     /// The clock drift allowance for a TTL: ttl × factor + floor.
-    pub fn drift(&self, ttl: Duration) -> Duration {
+    pub(crate) fn drift(&self, ttl: Duration) -> Duration {
         ttl.mul_f64(self.drift_factor) + self.drift_floor
     }
 
     /// Checks one call's options against this client's timeouts.
-    pub fn validate(&self, opts: &LockOptions) -> Result<(), Error> {
+    pub(crate) fn validate(&self, opts: &LockOptions) -> Result<(), Error> {
         let ttl = opts.get_ttl();
         if ttl < Duration::from_millis(1) {
             return Err(Error::invalid_options(format!(

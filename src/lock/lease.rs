@@ -83,7 +83,7 @@ struct State {
 }
 
 impl Lease {
-    pub fn new(target: Target, grant: Grant, options: &LockOptions) -> Self {
+    pub(crate) fn new(target: Target, grant: Grant, options: &LockOptions) -> Self {
         let now = Moment::now();
         Lease {
             target,
@@ -116,14 +116,14 @@ impl Lease {
     /// Brings the lease's loss up to date and returns it: why the lease is
     /// not held, if it is not. A lease whose validity has passed is marked
     /// expired here, so every observer agrees from then on.
-    pub fn refresh_loss(&self) -> Option<LossReason> {
+    pub(crate) fn refresh_loss(&self) -> Option<LossReason> {
         let mut st = self.state.lock();
         self.loss_locked(&mut st, Moment::now())
     }
 
     /// What the watchdog schedules a lease by, copied under one lock;
     /// `None` once the lease is released or lost.
-    pub fn renewal(&self) -> Option<Renewal> {
+    pub(crate) fn renewal(&self) -> Option<Renewal> {
         let st = self.state.lock();
         if st.released || st.lost.is_some() {
             return None;
@@ -143,14 +143,18 @@ impl Lease {
 
     /// No more extensions are allowed (a limit was reached): the expiry of
     /// the validity is then reported as [`LossReason::ExtensionLimit`].
-    pub fn stop_extending(&self) {
+    pub(crate) fn stop_extending(&self) {
         self.state.lock().expiry_reason = LossReason::ExtensionLimit;
     }
 
     /// Marks the lease lost with `reason` if `decide` says so, judged on
     /// its state under the same lock, so that no extension can succeed in
     /// between. Returns whether it did.
-    pub fn mark_lost_if(&self, reason: LossReason, decide: impl FnOnce(&Renewal) -> bool) -> bool {
+    pub(crate) fn mark_lost_if(
+        &self,
+        reason: LossReason,
+        decide: impl FnOnce(&Renewal) -> bool,
+    ) -> bool {
         let mut st = self.state.lock();
         if st.released || st.lost.is_some() {
             return false;
@@ -185,7 +189,7 @@ impl Lease {
         }
     }
 
-    pub fn validity(&self) -> Duration {
+    pub(crate) fn validity(&self) -> Duration {
         let st = self.state.lock();
         if st.released || st.lost.is_some() {
             return Duration::ZERO;
@@ -214,7 +218,7 @@ impl Lease {
         self.changed.notify_all();
     }
 
-    pub fn lost_error(&self, reason: LossReason) -> Error {
+    pub(crate) fn lost_error(&self, reason: LossReason) -> Error {
         Error::Lost {
             resource: self.target.name.clone(),
             reason,
@@ -223,7 +227,7 @@ impl Lease {
 
     /// Blocks until the lease is lost or `timeout` passes. The timeout is
     /// the caller's wait (`Instant`); the validity is on the lease clock.
-    pub fn wait_lost(&self, timeout: Duration) -> Option<LossReason> {
+    pub(crate) fn wait_lost(&self, timeout: Duration) -> Option<LossReason> {
         let deadline = Instant::now().checked_add(timeout);
         let mut st = self.state.lock();
         loop {
@@ -243,7 +247,7 @@ impl Lease {
 
     /// A channel that receives the reason once, when the lease is lost. It
     /// disconnects without a message when the guard is released.
-    pub fn subscribe(&self) -> Receiver<LossReason> {
+    pub(crate) fn subscribe(&self) -> Receiver<LossReason> {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let mut st = self.state.lock();
         match self.loss_locked(&mut st, Moment::now()) {
@@ -467,7 +471,7 @@ fn send_extend<'a>(
 impl PendingExtend<'_> {
     /// Counts the answers. Success needs a quorum before the new validity,
     /// measured from the start of this round, runs out.
-    pub fn finish(self, shared: &Shared) -> Result<(), Error> {
+    pub(crate) fn finish(self, shared: &Shared) -> Result<(), Error> {
         let lease = self.lease;
         let result = self.count(shared);
         telemetry::extend_finished(&lease.target.name, &result);

@@ -18,25 +18,25 @@ use std::time::Duration;
 pub(crate) struct Moment(Duration);
 
 impl Moment {
-    pub fn now() -> Moment {
+    pub(crate) fn now() -> Moment {
         Moment(since_origin())
     }
 
     /// How long after `earlier` this is (zero if it is not after).
-    pub fn saturating_duration_since(self, earlier: Moment) -> Duration {
+    pub(crate) fn saturating_duration_since(self, earlier: Moment) -> Duration {
         self.0.saturating_sub(earlier.0)
     }
 
     /// How long ago this was.
-    pub fn elapsed(self) -> Duration {
+    pub(crate) fn elapsed(self) -> Duration {
         Moment::now().saturating_duration_since(self)
     }
 
-    pub fn checked_add(self, d: Duration) -> Option<Moment> {
+    pub(crate) fn checked_add(self, d: Duration) -> Option<Moment> {
         self.0.checked_add(d).map(Moment)
     }
 
-    pub fn checked_sub(self, d: Duration) -> Option<Moment> {
+    pub(crate) fn checked_sub(self, d: Duration) -> Option<Moment> {
         self.0.checked_sub(d).map(Moment)
     }
 }

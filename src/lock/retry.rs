@@ -38,7 +38,7 @@ pub(crate) struct Waiting<'a> {
 }
 
 impl<'a> Waiting<'a> {
-    pub fn new(
+    pub(crate) fn new(
         shared: &'a Shared,
         notifier: &'a Notifier,
         channels: Vec<&'a str>,
@@ -73,12 +73,12 @@ impl<'a> Waiting<'a> {
     }
 
     /// Whether the last wait ended with a release announced for this call.
-    pub fn woken(&self) -> bool {
+    pub(crate) fn woken(&self) -> bool {
         self.woken
     }
 
     /// Whether the call was cancelled.
-    pub fn cancelled(&self) -> bool {
+    pub(crate) fn cancelled(&self) -> bool {
         self.cancel.as_ref().is_some_and(Cancel::is_cancelled)
     }
 
@@ -89,7 +89,7 @@ impl<'a> Waiting<'a> {
     /// When calls of this client already wait for this lock, queues
     /// behind them rather than barge in and split the vote with the one
     /// that the next release wakes.
-    pub fn queue_behind_others(&mut self) {
+    pub(crate) fn queue_behind_others(&mut self) {
         if !self.notifier.has_waiters(&self.channels) {
             return;
         }
@@ -105,7 +105,7 @@ impl<'a> Waiting<'a> {
     /// by this attempt, and passed on after it if it cannot use it. Returns
     /// the permits' releases handed to this call, for the attempt to try
     /// their slots first.
-    pub fn before_attempt(&mut self) -> &[Tag] {
+    pub(crate) fn before_attempt(&mut self) -> &[Tag] {
         if let Some(watch) = &self.watch {
             self.woken |= watch.clear();
             self.tags = watch.take_tags();
@@ -116,7 +116,7 @@ impl<'a> Waiting<'a> {
     /// Whether the next refusal passes its wake-up on: a fair lock's
     /// waiter that is not the head did not use the release, which the
     /// head, maybe another call of this client, must see.
-    pub fn pass_on_wake_ups(&mut self, pass_on: bool) {
+    pub(crate) fn pass_on_wake_ups(&mut self, pass_on: bool) {
         self.pass_on = pass_on;
     }
 
@@ -124,7 +124,7 @@ impl<'a> Waiting<'a> {
     /// instance) must not be passed on as a new release, but another
     /// permit's release is (`Watch::granted`). Returns whether
     /// the call was cancelled meanwhile.
-    pub fn granted(mut self, used: impl Fn(&[u8]) -> bool) -> bool {
+    pub(crate) fn granted(mut self, used: impl Fn(&[u8]) -> bool) -> bool {
         if let Some(watch) = &self.watch {
             let mut unused = std::mem::take(&mut self.tags);
             unused.retain(|tag| !used(tag));
@@ -136,7 +136,7 @@ impl<'a> Waiting<'a> {
     /// After a failed attempt that started at `attempt_start` and that
     /// `granted` instances granted: `Err` when the call must give up with
     /// `error`, else waits for a release or pauses, until the next attempt.
-    pub fn before_retry(
+    pub(crate) fn before_retry(
         &mut self,
         error: Error,
         granted: usize,

@@ -26,7 +26,7 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub fn new(cfg: Config, instances: Instances, warmup: Arc<Warmup>) -> Self {
+    pub(crate) fn new(cfg: Config, instances: Instances, warmup: Arc<Warmup>) -> Self {
         Shared {
             cfg,
             instances,
@@ -36,13 +36,13 @@ impl Shared {
     }
 
     /// A permit of this client took `slot` of `semaphore`.
-    pub fn permit_taken(&self, semaphore: &str, slot: u32) {
+    pub(crate) fn permit_taken(&self, semaphore: &str, slot: u32) {
         let mut held = self.permits_held.lock();
         held.entry(semaphore.to_string()).or_default().push(slot);
     }
 
     /// A permit of this client on `slot` of `semaphore` is gone.
-    pub fn permit_gone(&self, semaphore: &str, slot: u32) {
+    pub(crate) fn permit_gone(&self, semaphore: &str, slot: u32) {
         let mut held = self.permits_held.lock();
         if let Some(slots) = held.get_mut(semaphore) {
             if let Some(at) = slots.iter().position(|s| *s == slot) {
@@ -57,7 +57,11 @@ impl Shared {
     /// Claims for a call the first of `slots` that no permit or call of
     /// this client holds, if any; [`permit_gone`](Self::permit_gone) gives
     /// it back.
-    pub fn claim_slot(&self, semaphore: &str, mut slots: impl Iterator<Item = u32>) -> Option<u32> {
+    pub(crate) fn claim_slot(
+        &self,
+        semaphore: &str,
+        mut slots: impl Iterator<Item = u32>,
+    ) -> Option<u32> {
         let mut held = self.permits_held.lock();
         let taken = held.entry(semaphore.to_string()).or_default();
         let slot = slots.find(|slot| !taken.contains(slot));
@@ -69,7 +73,7 @@ impl Shared {
     }
 
     /// Deadline of one round of requests started now.
-    pub fn round_deadline(&self) -> Instant {
+    pub(crate) fn round_deadline(&self) -> Instant {
         Instant::now() + self.cfg.instance_timeout
     }
 }

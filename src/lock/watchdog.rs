@@ -33,7 +33,7 @@ pub(crate) struct Watchdog {
 }
 
 impl Watchdog {
-    pub fn start(shared: Arc<Shared>) -> std::io::Result<Self> {
+    pub(crate) fn start(shared: Arc<Shared>) -> std::io::Result<Self> {
         let core = Arc::new(Core {
             shared,
             timers: Mutex::new(Timers::default()),
@@ -52,7 +52,7 @@ impl Watchdog {
     }
 
     /// Starts watching a new lease.
-    pub fn watch(&self, lease: &Arc<Lease>) {
+    pub(crate) fn watch(&self, lease: &Arc<Lease>) {
         self.core.schedule_next(lease);
     }
 }

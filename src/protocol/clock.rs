@@ -59,7 +59,7 @@ impl InstanceClock {
     /// Records a `TIME` reply to a request sent at `sent` and answered at
     /// `received`. The instance read its clock somewhere in between: the
     /// middle is off by at most half the round trip, either way.
-    pub fn record(&self, reply: &Value, sent: Instant, received: Instant) -> bool {
+    pub(crate) fn record(&self, reply: &Value, sent: Instant, received: Instant) -> bool {
         let Some(micros) = time_micros(reply) else {
             return false;
         };
@@ -76,7 +76,7 @@ impl InstanceClock {
 
     /// True when the last reading's round trip was long for this instance
     /// (or there is none): worth reading again soon.
-    pub fn is_rough(&self) -> bool {
+    pub(crate) fn is_rough(&self) -> bool {
         let round_trip = self.round_trip_micros.load(Ordering::Relaxed);
         if round_trip == i64::MAX {
             return true;
@@ -87,7 +87,7 @@ impl InstanceClock {
     }
 
     /// The instance's clock now, in microseconds since 1970, if read.
-    pub fn now_micros(&self) -> Option<u64> {
+    pub(crate) fn now_micros(&self) -> Option<u64> {
         u64::try_from(self.micros_at(Instant::now())?).ok()
     }
 
@@ -200,7 +200,7 @@ pub(crate) struct Reading {
 
 impl Reading {
     /// The reading a `TIME` reply gives, sent at `sent`, in at `received`.
-    pub fn from_reply(reply: &Value, sent: Instant, received: Instant) -> Option<Reading> {
+    pub(crate) fn from_reply(reply: &Value, sent: Instant, received: Instant) -> Option<Reading> {
         let half_round_trip = received.saturating_duration_since(sent) / 2;
         Some(Reading {
             micros: time_micros(reply)?,
@@ -211,7 +211,7 @@ impl Reading {
 
     /// Whether this reading is known more closely than `other` (a shorter
     /// round trip): of a cluster's shards, the sharper one stands for it.
-    pub fn is_sharper_than(&self, other: &Reading) -> bool {
+    pub(crate) fn is_sharper_than(&self, other: &Reading) -> bool {
         self.half_round_trip < other.half_round_trip
     }
 }

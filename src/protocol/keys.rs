@@ -56,7 +56,7 @@ pub(crate) struct Keys {
 }
 
 impl Keys {
-    pub fn new(prefix: &str, resource: &str) -> Self {
+    pub(crate) fn new(prefix: &str, resource: &str) -> Self {
         let lock = tagged(prefix, "lock:", resource, "");
         Keys {
             slot: (!resource.starts_with('}'))
@@ -83,7 +83,7 @@ fn tagged(prefix: &str, kind: &str, name: &str, tail: &str) -> String {
 
 impl Keys {
     /// The keys of slot `slot` of semaphore `name`: a lock of its own.
-    pub fn permit(prefix: &str, name: &str, slot: u32) -> Self {
+    pub(crate) fn permit(prefix: &str, name: &str, slot: u32) -> Self {
         let lock = format!("{prefix}permit:{{{name}}}:{slot}");
         Keys {
             slot: (!name.starts_with('}'))
@@ -99,7 +99,7 @@ impl Keys {
 
     /// The keys of reader-writer lock `name`, for a read or a write: the
     /// writer key stands where a lock's key does (`lua/rw_acquire.lua`).
-    pub fn rw(
+    pub(crate) fn rw(
         prefix: &str,
         name: &str,
         write: bool,
@@ -191,7 +191,7 @@ pub(crate) struct FairQueue {
 }
 
 impl FairQueue {
-    pub fn new(prefix: &str, name: &str, beat: std::time::Duration) -> Self {
+    pub(crate) fn new(prefix: &str, name: &str, beat: std::time::Duration) -> Self {
         FairQueue {
             queue: format!("{prefix}fair:{{{name}}}:queue"),
             alive: format!("{prefix}fair:{{{name}}}:alive"),
@@ -213,7 +213,7 @@ pub(crate) struct PermitCount {
 }
 
 impl Target {
-    pub fn one(prefix: &str, resource: &str) -> Result<Self, Error> {
+    pub(crate) fn one(prefix: &str, resource: &str) -> Result<Self, Error> {
         validate_resource(resource)?;
         Ok(Target {
             name: resource.to_string(),
@@ -229,7 +229,7 @@ impl Target {
 
     /// Slot `slot` of semaphore `name` (validated by the caller), named
     /// `name#slot` in errors.
-    pub fn permit(prefix: &str, name: &str, slot: u32) -> Self {
+    pub(crate) fn permit(prefix: &str, name: &str, slot: u32) -> Self {
         let resource = format!("{name}#{slot}");
         Target {
             name: resource.clone(),
@@ -246,7 +246,7 @@ impl Target {
     /// Slot `slot` of semaphore `name` of `permits` permits, taken only
     /// where the record holds that count (`lua/permit_acquire.lua`), the
     /// record kept alive `idle` past the grant and every extension.
-    pub fn counted_permit(
+    pub(crate) fn counted_permit(
         prefix: &str,
         name: &str,
         slot: u32,
@@ -264,7 +264,7 @@ impl Target {
     }
 
     /// Reader-writer lock `name`, for reading or writing.
-    pub fn rw(
+    pub(crate) fn rw(
         prefix: &str,
         name: &str,
         write: bool,
@@ -284,14 +284,14 @@ impl Target {
     }
 
     /// The reader-writer keys of a one-member rw target.
-    pub fn rw_keys(&self) -> Option<&RwKeys> {
+    pub(crate) fn rw_keys(&self) -> Option<&RwKeys> {
         match self.members.as_slice() {
             [member] => member.keys.rw.as_deref(),
             _ => None,
         }
     }
 
-    pub fn all(prefix: &str, resources: &[&str]) -> Result<Self, Error> {
+    pub(crate) fn all(prefix: &str, resources: &[&str]) -> Result<Self, Error> {
         if resources.is_empty() {
             return Err(Error::InvalidResource {
                 reason: "the list of resources is empty".to_string(),
@@ -330,7 +330,7 @@ impl Target {
 
     /// The cluster slot of every key of the target, if they share one (a
     /// set's members usually do not).
-    pub fn slot(&self) -> Option<u16> {
+    pub(crate) fn slot(&self) -> Option<u16> {
         let first = self.members[0].keys.slot;
         if self.members.iter().all(|m| m.keys.slot == first) {
             first
@@ -342,7 +342,7 @@ impl Target {
     /// The members grouped by slot, in the order each slot first appears:
     /// each group's slot, its members' indices, and a target of just those
     /// members. `None` if a member has no slot (see [`Keys::slot`]).
-    pub fn by_slot(&self) -> Option<Vec<(u16, Vec<usize>, Target)>> {
+    pub(crate) fn by_slot(&self) -> Option<Vec<(u16, Vec<usize>, Target)>> {
         let mut groups: Vec<(u16, Vec<usize>, Target)> = Vec::new();
         for (i, member) in self.members.iter().enumerate() {
             let slot = member.keys.slot?;
@@ -367,13 +367,13 @@ impl Target {
         Some(groups)
     }
 
-    pub fn lock_keys(&self) -> Vec<&str> {
+    pub(crate) fn lock_keys(&self) -> Vec<&str> {
         self.members.iter().map(|m| m.keys.lock.as_str()).collect()
     }
 
     /// The void key of the attempt that uses lock value `value` (see
     /// `lua/release.lua`), next to the first member's keys.
-    pub fn void_key(&self, value: &str) -> String {
+    pub(crate) fn void_key(&self, value: &str) -> String {
         format!("{}{value}", self.members[0].keys.void)
     }
 }

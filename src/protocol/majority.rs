@@ -10,28 +10,28 @@ pub(crate) struct Quorum {
 
 impl Quorum {
     /// The quorum of `voters` voters.
-    pub fn of(voters: usize) -> Self {
+    pub(crate) fn of(voters: usize) -> Self {
         Quorum { voters }
     }
 
     /// How many must agree: N/2 + 1.
-    pub fn size(self) -> usize {
+    pub(crate) fn size(self) -> usize {
         self.voters / 2 + 1
     }
 
     /// Whether `agreeing` voters are a quorum.
-    pub fn reached(self, agreeing: usize) -> bool {
+    pub(crate) fn reached(self, agreeing: usize) -> bool {
         agreeing >= self.size()
     }
 
     /// Whether `against` voters (refused, failed or silent) leave too few
     /// for a quorum.
-    pub fn ruled_out(self, against: usize) -> bool {
+    pub(crate) fn ruled_out(self, against: usize) -> bool {
         against > self.voters - self.size()
     }
 
     /// Whether these counts decide the outcome either way.
-    pub fn decided(self, agreeing: usize, against: usize) -> bool {
+    pub(crate) fn decided(self, agreeing: usize, against: usize) -> bool {
         self.reached(agreeing) || self.ruled_out(against)
     }
 }

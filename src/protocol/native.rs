@@ -49,7 +49,7 @@ const DELEX: u8 = 2;
 const SET_IFEQ: u8 = 4;
 
 impl Support {
-    pub fn record(&self, commands: Commands) {
+    pub(crate) fn record(&self, commands: Commands) {
         let bit = |on: bool, bit: u8| if on { bit } else { 0 };
         let bits = bit(commands.delifeq, DELIFEQ)
             | bit(commands.delex, DELEX)
@@ -57,16 +57,16 @@ impl Support {
         self.0.store(bits, Ordering::Release);
     }
 
-    pub fn extends_natively(&self) -> bool {
+    pub(crate) fn extends_natively(&self) -> bool {
         self.commands().set_ifeq
     }
 
-    pub fn releases_natively(&self) -> bool {
+    pub(crate) fn releases_natively(&self) -> bool {
         let commands = self.commands();
         commands.delifeq || commands.delex
     }
 
-    pub fn commands(&self) -> Commands {
+    pub(crate) fn commands(&self) -> Commands {
         let bits = self.0.load(Ordering::Acquire);
         Commands {
             delifeq: bits & DELIFEQ != 0,
@@ -130,7 +130,7 @@ pub(crate) enum Form {
 impl Form {
     /// The bytes to send to a server that runs `commands`, if it runs this
     /// form.
-    pub fn pick(&self, commands: Commands) -> Option<&Arc<[u8]>> {
+    pub(crate) fn pick(&self, commands: Commands) -> Option<&Arc<[u8]>> {
         match self {
             Form::Release { delifeq, .. } if commands.delifeq => Some(delifeq),
             Form::Release { delex, .. } if commands.delex => Some(delex),
@@ -141,7 +141,7 @@ impl Form {
 
     /// Makes the replies read like the Lua form's: `1` when our key was
     /// deleted or extended, `0` when it was not ours.
-    pub fn normalize(&self, values: &mut [Value]) {
+    pub(crate) fn normalize(&self, values: &mut [Value]) {
         if let (Form::Extend(_), Some(first)) = (self, values.first_mut()) {
             match first {
                 Value::Okay => *first = Value::Int(1),
@@ -153,7 +153,7 @@ impl Form {
 
     /// What must follow the replies on the same connection: the void key
     /// of a release that found the key not ours.
-    pub fn follow_up(&self, values: &[Value]) -> Option<&Arc<[u8]>> {
+    pub(crate) fn follow_up(&self, values: &[Value]) -> Option<&Arc<[u8]>> {
         match (self, values.first()) {
             (Form::Release { void, .. }, Some(Value::Int(0))) => Some(void),
             _ => None,
@@ -163,7 +163,7 @@ impl Form {
     /// True when the server refused the native command itself (unknown to
     /// it, or not allowed to this user): the request goes again in Lua, and
     /// the connection stops using native commands.
-    pub fn refused(values: &[Value]) -> bool {
+    pub(crate) fn refused(values: &[Value]) -> bool {
         matches!(values.first(), Some(Value::ServerError(e))
             if e.code() == "NOPERM" || (e.code() == "ERR" && unknown(e.details())))
     }

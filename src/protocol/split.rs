@@ -62,7 +62,7 @@ impl Route {
     /// The route of requests about `target`: its slot, or, on a client
     /// with a cluster position (`split` true), its parts, each packed by
     /// `pack` for the part's members; `combine` gets the parts' targets.
-    pub fn new(
+    pub(crate) fn new(
         target: &Target,
         split: bool,
         combine: impl FnOnce(&[Target]) -> Combine,
@@ -102,7 +102,7 @@ impl Route {
     }
 
     /// A route to one slot.
-    pub fn slot(slot: Option<u16>) -> Route {
+    pub(crate) fn slot(slot: Option<u16>) -> Route {
         Route {
             slot,
             split: None,
@@ -113,7 +113,7 @@ impl Route {
     /// This route, with the request in the form a cluster position sends
     /// when it goes to one slot whole; packed only on a client with a
     /// cluster position (`cluster` true).
-    pub fn with_cluster_form(
+    pub(crate) fn with_cluster_form(
         mut self,
         cluster: bool,
         form: impl FnOnce() -> (Arc<[u8]>, usize),
@@ -133,7 +133,7 @@ pub(crate) struct Combined {
 }
 
 impl Combine {
-    pub fn apply(&self, parts: &[Part], replies: Vec<Vec<Value>>) -> Combined {
+    pub(crate) fn apply(&self, parts: &[Part], replies: Vec<Vec<Value>>) -> Combined {
         // An error reply in any part is the answer of the whole (its vote
         // fails; a failed attempt is cleaned up on every part).
         if let Some(k) = replies

@@ -87,7 +87,7 @@ impl Manager {
     /// `connect_timeout` bounds a whole connection set-up (handshake,
     /// authentication, script loading, the native-command probe on
     /// `probe_key`); `timeout` every command after it.
-    pub fn new(
+    pub(crate) fn new(
         client: redis::Client,
         connect_timeout: Duration,
         timeout: Duration,
@@ -109,7 +109,7 @@ impl Manager {
         }
     }
 
-    pub fn last_error(&self) -> Arc<Mutex<Option<RedisError>>> {
+    pub(crate) fn last_error(&self) -> Arc<Mutex<Option<RedisError>>> {
         Arc::clone(&self.last_error)
     }
 
@@ -292,7 +292,7 @@ struct Counts {
 }
 
 impl Warmup {
-    pub fn new(total: usize, connect_timeout: Duration) -> Arc<Self> {
+    pub(crate) fn new(total: usize, connect_timeout: Duration) -> Arc<Self> {
         Arc::new(Warmup {
             open: AtomicBool::new(false),
             counts: Mutex::default(),
@@ -303,7 +303,7 @@ impl Warmup {
         })
     }
 
-    pub fn report(&self, up: bool) {
+    pub(crate) fn report(&self, up: bool) {
         let mut counts = self.counts.lock();
         counts.done += 1;
         counts.up += usize::from(up);
@@ -312,7 +312,7 @@ impl Warmup {
 
     /// Waits, at most until the connect timeout since `build()` passed, for
     /// the first connections.
-    pub fn wait(&self) {
+    pub(crate) fn wait(&self) {
         if self.open.load(Ordering::Acquire) {
             return;
         }

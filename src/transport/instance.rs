@@ -123,7 +123,7 @@ impl Request {
     /// A request of one form to one connection: no native form, no cluster
     /// route yet (a key-less command, or a part already routed to its
     /// shard: see [`at_slot`](Self::at_slot)).
-    pub fn plain(
+    pub(crate) fn plain(
         packed: Arc<[u8]>,
         commands: usize,
         deadline: Instant,
@@ -145,14 +145,14 @@ impl Request {
     }
 
     /// This request, for keys in `slot`.
-    pub fn at_slot(mut self, slot: u16) -> Self {
+    pub(crate) fn at_slot(mut self, slot: u16) -> Self {
         self.slot = Some(slot);
         self
     }
 
     /// This request, to be delivered even after its caller stopped
     /// waiting (see [`persistent`](Self::persistent)).
-    pub fn persistent(mut self, persistent: bool) -> Self {
+    pub(crate) fn persistent(mut self, persistent: bool) -> Self {
         self.persistent = persistent;
         self
     }
@@ -168,7 +168,7 @@ impl Request {
         }
     }
 
-    pub fn answer(&mut self, index: usize, replies: Replies) {
+    pub(crate) fn answer(&mut self, index: usize, replies: Replies) {
         if let Some(sink) = self.sink.take() {
             sink.deliver(index, replies);
         }
@@ -198,7 +198,7 @@ pub(crate) struct InstanceConfig {
 }
 
 impl Instance {
-    pub fn start(cfg: InstanceConfig) -> std::io::Result<Self> {
+    pub(crate) fn start(cfg: InstanceConfig) -> std::io::Result<Self> {
         let connect_error = cfg.manager.last_error();
         let pool = r2d2::Pool::builder()
             .max_size(1)
@@ -235,12 +235,12 @@ impl Instance {
         })
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// Queues a request; never blocks. A full queue answers at once.
-    pub fn send(&self, mut req: Request) {
+    pub(crate) fn send(&self, mut req: Request) {
         let Some(tx) = &self.tx else { return };
         match tx.try_send(req) {
             Ok(()) => {}

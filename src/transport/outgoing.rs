@@ -44,7 +44,7 @@ impl<'a> Outgoing<'a> {
     /// A request about `target`, packed whole as `whole`; where the target's
     /// keys lie in several slots of a cluster position, each slot's part is
     /// packed by `part`.
-    pub fn about(target: &'a Target, whole: Packed, part: PackPart<'a>) -> Self {
+    pub(crate) fn about(target: &'a Target, whole: Packed, part: PackPart<'a>) -> Self {
         Outgoing {
             whole,
             native: None,
@@ -58,7 +58,7 @@ impl<'a> Outgoing<'a> {
     }
 
     /// A request whose keys share `slot` (`None`: no keys).
-    pub fn to_slot(slot: Option<u16>, whole: Packed) -> Self {
+    pub(crate) fn to_slot(slot: Option<u16>, whole: Packed) -> Self {
         Outgoing {
             whole,
             native: None,
@@ -69,7 +69,7 @@ impl<'a> Outgoing<'a> {
 
     /// The parts' replies combine as `combine` says (an acquire's rule)
     /// instead of a 1/0 script's.
-    pub fn combined(mut self, combine: CombineParts<'a>) -> Self {
+    pub(crate) fn combined(mut self, combine: CombineParts<'a>) -> Self {
         if let Scope::Target { combine: c, .. } = &mut self.scope {
             *c = Some(combine);
         }
@@ -77,34 +77,34 @@ impl<'a> Outgoing<'a> {
     }
 
     /// Sends `native` instead to the instances whose connection runs it.
-    pub fn or_native(mut self, native: Option<Arc<Form>>) -> Self {
+    pub(crate) fn or_native(mut self, native: Option<Arc<Form>>) -> Self {
         self.native = native;
         self
     }
 
     /// The form a cluster position sends when the request goes to one slot
     /// whole, where it differs (a release announces with `SPUBLISH`).
-    pub fn on_cluster(mut self, form: &'a dyn Fn() -> Packed) -> Self {
+    pub(crate) fn on_cluster(mut self, form: &'a dyn Fn() -> Packed) -> Self {
         self.cluster_form = Some(form);
         self
     }
 
-    pub fn packed(&self) -> &Arc<[u8]> {
+    pub(crate) fn packed(&self) -> &Arc<[u8]> {
         &self.whole.0
     }
 
-    pub fn commands(&self) -> usize {
+    pub(crate) fn commands(&self) -> usize {
         self.whole.1
     }
 
-    pub fn native(&self) -> Option<&Arc<Form>> {
+    pub(crate) fn native(&self) -> Option<&Arc<Form>> {
         self.native.as_ref()
     }
 
     /// Where the request goes, on a client with a cluster position
     /// (`cluster` true) or without one: nothing is packed for a cluster
     /// unless there is one.
-    pub fn route(&self, cluster: bool) -> Route {
+    pub(crate) fn route(&self, cluster: bool) -> Route {
         let route = match &self.scope {
             Scope::Slot(slot) => Route::slot(*slot),
             Scope::Target {

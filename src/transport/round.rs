@@ -59,7 +59,7 @@ pub(crate) struct Tally<Y, N> {
 }
 
 impl<Y, N> Tally<Y, N> {
-    pub fn has_wrong_type(&self) -> bool {
+    pub(crate) fn has_wrong_type(&self) -> bool {
         self.failed
             .iter()
             .any(|e| e.kind() == InstanceErrorKind::WrongType)
@@ -67,13 +67,13 @@ impl<Y, N> Tally<Y, N> {
 
     /// True for an instance that answered "no" (it did not apply our
     /// request, so nothing there needs undoing).
-    pub fn refused(&self, index: usize) -> bool {
+    pub(crate) fn refused(&self, index: usize) -> bool {
         self.no.iter().any(|(i, _)| *i == index)
     }
 }
 
 impl Instances {
-    pub fn new(list: Vec<PositionState>) -> Self {
+    pub(crate) fn new(list: Vec<PositionState>) -> Self {
         let names = list.iter().map(|p| p.voter.name().to_string()).collect();
         Instances {
             has_cluster: list.iter().any(|p| p.voter.is_cluster()),
@@ -82,37 +82,43 @@ impl Instances {
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.list.len()
     }
 
-    pub fn quorum(&self) -> Quorum {
+    pub(crate) fn quorum(&self) -> Quorum {
         Quorum::of(self.list.len())
     }
 
-    pub fn names(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
         self.names.iter().map(String::as_str)
     }
 
     /// The voters, in position order, for requests that go to each server
     /// behind them (ping).
-    pub fn voters(&self) -> impl ExactSizeIterator<Item = &Voter> {
+    pub(crate) fn voters(&self) -> impl ExactSizeIterator<Item = &Voter> {
         self.list.iter().map(|p| &p.voter)
     }
 
     /// The voter at position `index`.
-    pub fn voter(&self, index: usize) -> Option<&Voter> {
+    pub(crate) fn voter(&self, index: usize) -> Option<&Voter> {
         self.list.get(index).map(|p| &p.voter)
     }
 
     /// The proposal for new tokens sent with an acquire (see `clock.rs`).
-    pub fn clock_proposal(&self) -> u64 {
+    pub(crate) fn clock_proposal(&self) -> u64 {
         clock::proposal(self.list.iter().map(|p| p.clock.as_ref()))
     }
 
     /// Records a `TIME` reply of position `index`, read in a round of its
     /// own, for the proposal of new tokens.
-    pub fn record_clock(&self, index: usize, reply: &Value, sent: Instant, received: Instant) {
+    pub(crate) fn record_clock(
+        &self,
+        index: usize,
+        reply: &Value,
+        sent: Instant,
+        received: Instant,
+    ) {
         if let Some(clock) = self.list.get(index).map(|p| &p.clock) {
             clock.record(reply, sent, received);
         }
@@ -120,13 +126,16 @@ impl Instances {
 
     /// What position `index`'s latest connection runs natively (nothing
     /// for a cluster position: its shards are not probed).
-    pub fn native_commands(&self, index: usize) -> Option<crate::protocol::native::Commands> {
+    pub(crate) fn native_commands(
+        &self,
+        index: usize,
+    ) -> Option<crate::protocol::native::Commands> {
         self.list.get(index).map(|p| p.support.commands())
     }
 
     /// Whether some instance's connection extends natively, so that an
     /// extension's native form may be sent.
-    pub fn extends_natively(&self) -> bool {
+    pub(crate) fn extends_natively(&self) -> bool {
         self.list.iter().any(|p| p.support.extends_natively())
     }
 
@@ -134,13 +143,13 @@ impl Instances {
     /// release's native form is worth packing (most releases go to servers
     /// without one: packing it anyway cost a third of a lock + release's
     /// allocations).
-    pub fn releases_natively(&self) -> bool {
+    pub(crate) fn releases_natively(&self) -> bool {
         self.list.iter().any(|p| p.support.releases_natively())
     }
 
     /// Queues `out` on every instance and returns the round that counts
     /// the answers.
-    pub fn round<Y: Send + 'static, N: Send + 'static>(
+    pub(crate) fn round<Y: Send + 'static, N: Send + 'static>(
         &self,
         out: &Outgoing<'_>,
         deadline: Instant,
@@ -155,7 +164,7 @@ impl Instances {
     /// Queues a request that must reach its instances (a release): a
     /// worker that cannot deliver it keeps retrying until `deadline`, even
     /// after the caller stopped waiting. `to` picks the instances.
-    pub fn send_persistent(
+    pub(crate) fn send_persistent(
         &self,
         out: &Outgoing<'_>,
         deadline: Instant,
@@ -217,7 +226,7 @@ struct Counting<Y, N> {
 
 impl<Y, N> Round<Y, N> {
     /// A round over these instances, before anything is sent.
-    pub fn new_for(instances: &Instances, classify: Classify<Y, N>) -> Arc<Self> {
+    pub(crate) fn new_for(instances: &Instances, classify: Classify<Y, N>) -> Arc<Self> {
         Arc::new(Round::new(
             Arc::clone(&instances.names),
             instances.quorum(),
@@ -252,14 +261,14 @@ impl<Y, N> Round<Y, N> {
     /// Waits until the outcome is decided or the deadline passes, and takes
     /// the tally. Instances that did not answer by then (and were needed)
     /// are listed as timed out.
-    pub fn wait(&self, deadline: Instant) -> Tally<Y, N> {
+    pub(crate) fn wait(&self, deadline: Instant) -> Tally<Y, N> {
         self.take(deadline, |round, st| round.is_decided(&st.tally))
     }
 
     /// Waits until every instance answered or the deadline passes (for a
     /// read that needs every answer, not only the decision), and takes the
     /// tally. Instances that did not answer by then are listed as timed out.
-    pub fn wait_all(&self, deadline: Instant) -> Tally<Y, N> {
+    pub(crate) fn wait_all(&self, deadline: Instant) -> Tally<Y, N> {
         self.take(deadline, |_, st| st.answered.iter().all(|a| *a))
     }
 

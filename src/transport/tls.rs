@@ -5,6 +5,7 @@
 use std::sync::Once;
 
 use redis::{ConnectionAddr, ConnectionInfo, RedisResult, TlsCertificates};
+use rustls::pki_types::pem::PemObject;
 
 /// Makes sure rustls has a process-level crypto provider. redis-rs builds a
 /// rustls configuration per connection and rustls panics there ("no
@@ -40,59 +41,20 @@ pub(crate) fn open_client(
 /// `build()` rather than by each connection attempt. The reason names the
 /// part of `tls_certificates` at fault and never quotes a key.
 pub(crate) fn check_certificates(certificates: &TlsCertificates) -> Result<(), String> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-
     ensure_crypto_provider();
-    let mut roots = rustls::RootCertStore::empty();
-    if let Some(root) = &certificates.root_cert {
-        let certs = CertificateDer::pem_slice_iter(root)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| {
-                format!(
-                    "the CA certificate given to tls_certificates (root_cert) {}",
-                    pem_problem(&e)
-                )
-            })?;
-        if certs.is_empty() {
-            return Err(
-                "the CA certificate given to tls_certificates (root_cert) holds no \
-                 certificate (no -----BEGIN CERTIFICATE----- section)"
-                    .to_string(),
-            );
-        }
-        for cert in certs {
-            roots.add(cert).map_err(|e| {
-                format!(
-                    "the CA certificate given to tls_certificates (root_cert) cannot be used: {e}"
-                )
-            })?;
-        }
-    }
+    let roots = root_store(certificates.root_cert.as_deref())?;
     let Some(client) = &certificates.client_tls else {
         return Ok(());
     };
-    let chain = CertificateDer::pem_slice_iter(&client.client_cert)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| {
+    const CLIENT: &str = "the client certificate given to tls_certificates (client_tls)";
+    let chain = certificates_in(&client.client_cert, CLIENT)?;
+    let key =
+        rustls::pki_types::PrivateKeyDer::from_pem_slice(&client.client_key).map_err(|e| {
             format!(
-                "the client certificate given to tls_certificates (client_tls) {}",
+                "the client key given to tls_certificates (client_tls) {}",
                 pem_problem(&e)
             )
         })?;
-    if chain.is_empty() {
-        return Err(
-            "the client certificate given to tls_certificates (client_tls) holds no \
-             certificate (no -----BEGIN CERTIFICATE----- section)"
-                .to_string(),
-        );
-    }
-    let key = PrivateKeyDer::from_pem_slice(&client.client_key).map_err(|e| {
-        format!(
-            "the client key given to tls_certificates (client_tls) {}",
-            pem_problem(&e)
-        )
-    })?;
     rustls::ClientConfig::builder()
         .with_root_certificates(roots)
         .with_client_auth_cert(chain, key)
@@ -105,6 +67,38 @@ pub(crate) fn check_certificates(certificates: &TlsCertificates) -> Result<(), S
             )
         })?;
     Ok(())
+}
+
+/// The trust store of the CA certificate given (`root_cert`), empty
+/// without one.
+fn root_store(root: Option<&[u8]>) -> Result<rustls::RootCertStore, String> {
+    const ROOT: &str = "the CA certificate given to tls_certificates (root_cert)";
+    let mut roots = rustls::RootCertStore::empty();
+    if let Some(root) = root {
+        for cert in certificates_in(root, ROOT)? {
+            roots
+                .add(cert)
+                .map_err(|e| format!("{ROOT} cannot be used: {e}"))?;
+        }
+    }
+    Ok(roots)
+}
+
+/// The certificates of a PEM file, at least one; `what` names the file in
+/// the reason.
+fn certificates_in(
+    pem: &[u8],
+    what: &str,
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
+    let certs = rustls::pki_types::CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{what} {}", pem_problem(&e)))?;
+    if certs.is_empty() {
+        return Err(format!(
+            "{what} holds no certificate (no -----BEGIN CERTIFICATE----- section)"
+        ));
+    }
+    Ok(certs)
 }
 
 /// What is wrong with a PEM file, in words of our own: the parser's

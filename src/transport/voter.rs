@@ -12,7 +12,7 @@ pub(crate) enum Voter {
 impl Voter {
     /// How errors and metrics name it: `host:port/db`, or
     /// `cluster #i (seed, …)`.
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         match self {
             Voter::Standalone(instance) => instance.name(),
             Voter::Cluster(cluster) => cluster.name(),
@@ -20,21 +20,21 @@ impl Voter {
     }
 
     /// Queues a request; never blocks.
-    pub fn send(&self, req: Request) {
+    pub(crate) fn send(&self, req: Request) {
         match self {
             Voter::Standalone(instance) => instance.send(req),
             Voter::Cluster(cluster) => cluster.send(req),
         }
     }
 
-    pub fn is_cluster(&self) -> bool {
+    pub(crate) fn is_cluster(&self) -> bool {
         matches!(self, Voter::Cluster(_))
     }
 
     /// Sends `make()` to each server behind this voter (the instance, or
     /// every shard master known now) and returns their names, in the
     /// order sent.
-    pub fn each_server(&self, mut make: impl FnMut(&str) -> Request) -> Vec<String> {
+    pub(crate) fn each_server(&self, mut make: impl FnMut(&str) -> Request) -> Vec<String> {
         match self {
             Voter::Standalone(instance) => {
                 instance.send(make(instance.name()));

@@ -92,6 +92,40 @@ pub fn run_cmd(cluster: &RedisServers, options: &[&str], resource: &str, script:
     cmd
 }
 
+/// The `redfence ping` line of one instance.
+pub fn ping_line(text: &str, server: &redfence::testing::RedisServer) -> String {
+    text.lines()
+        .find(|l| l.starts_with(&server.addr().to_string()))
+        .unwrap_or_else(|| panic!("no line for {}: {text}", server.addr()))
+        .to_string()
+}
+
+/// Starts a `run` whose command traps TERM with `on_term`, and returns it
+/// once the command runs, with the command's shell pid.
+pub fn start_trapping(
+    cluster: &RedisServers,
+    scratch: &Scratch,
+    options: &[&str],
+    on_term: &str,
+) -> (Child, String) {
+    let script = format!(
+        "trap '{on_term}' TERM; echo $$ > {pid}; while :; do sleep 0.05; done",
+        pid = scratch.path("pid")
+    );
+    let child = run_cmd(cluster, options, "lease", &script)
+        .spawn()
+        .expect("redfence starts");
+    assert!(
+        eventually(Duration::from_secs(10), || !scratch
+            .read("pid")
+            .trim()
+            .is_empty()),
+        "the command did not start"
+    );
+    let pid = scratch.read("pid").trim().to_string();
+    (child, pid)
+}
+
 /// No instance holds the resource's lock key. Releases are confirmed by a
 /// quorum; the last instances may apply theirs a moment later.
 pub fn assert_no_key(cluster: &RedisServers, resource: &str) {

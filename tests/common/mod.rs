@@ -10,6 +10,8 @@ pub mod cli;
 pub mod faults;
 #[cfg(target_os = "linux")]
 pub mod pause;
+#[cfg(any(feature = "metrics", feature = "tracing"))]
+pub mod telemetry;
 pub mod tokens;
 
 use std::time::{Duration, Instant};

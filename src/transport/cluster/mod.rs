@@ -108,7 +108,7 @@ impl ClusterPosition {
     /// Starts the router of position `index`; the slot map is read in the
     /// background, and `warmup` is told once it is known and its shards'
     /// first connections were tried.
-    pub fn start(
+    pub(crate) fn start(
         index: usize,
         seeds: Vec<ConnectionInfo>,
         settings: ShardSettings,
@@ -140,24 +140,24 @@ impl ClusterPosition {
     }
 
     /// Where the position's release channels live, for its subscriber.
-    pub fn shards(&self) -> Arc<dyn Shards> {
+    pub(crate) fn shards(&self) -> Arc<dyn Shards> {
         Arc::clone(&self.router) as Arc<dyn Shards>
     }
 
     /// `cluster #i (seed, …)`: how the position is named where no shard is
     /// meant.
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.router.name
     }
 
     /// Queues a request on the shard that owns its slot; never blocks.
-    pub fn send(&self, req: Request) {
+    pub(crate) fn send(&self, req: Request) {
         self.router.route(req);
     }
 
     /// Sends `make()` to every shard master known now, for `ping`: each
     /// shard's name and whether a request was queued.
-    pub fn each_shard(&self, mut make: impl FnMut(&str) -> Request) -> Vec<String> {
+    pub(crate) fn each_shard(&self, mut make: impl FnMut(&str) -> Request) -> Vec<String> {
         let topology = self.router.topology.read();
         let mut names = Vec::new();
         for (k, shard) in topology.shards.iter().enumerate() {

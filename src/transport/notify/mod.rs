@@ -114,7 +114,7 @@ pub(crate) struct Notifier {
 impl Notifier {
     /// One subscriber thread per instance client; `connect_timeout` bounds
     /// a connection set-up, `timeout` every command after it.
-    pub fn start(
+    pub(crate) fn start(
         sources: Vec<Source>,
         connect_timeout: Duration,
         timeout: Duration,
@@ -160,7 +160,7 @@ impl Notifier {
     }
 
     /// True when calls of this client already wait for `channel`.
-    pub fn has_waiters(&self, channels: &[&str]) -> bool {
+    pub(crate) fn has_waiters(&self, channels: &[&str]) -> bool {
         if self.registry.waiting.load(Ordering::Acquire) == 0 {
             return false;
         }
@@ -174,13 +174,13 @@ impl Notifier {
 
     /// Registers interest in `channels` (a release on any of them wakes the
     /// call) until the returned watch is dropped.
-    pub fn watch(&self, channels: &[&str]) -> Watch<'_> {
+    pub(crate) fn watch(&self, channels: &[&str]) -> Watch<'_> {
         self.register(channels, false)
     }
 
     /// Registers an observer of `channels`: woken by every message on them,
     /// without taking a turn from the lock calls that wait there.
-    pub fn observe(&self, channels: &[&str]) -> Watch<'_> {
+    pub(crate) fn observe(&self, channels: &[&str]) -> Watch<'_> {
         self.register(channels, true)
     }
 
@@ -249,14 +249,19 @@ pub(crate) struct Watch<'a> {
 
 impl Watch<'_> {
     /// The channel a notification arrives on, for `select!`.
-    pub fn wake_signal(&self) -> &Receiver<Wake> {
+    pub(crate) fn wake_signal(&self) -> &Receiver<Wake> {
         &self.wake
     }
 
     /// Waits until `count` instances subscribed to the channel, the
     /// deadline, or `stop` disconnecting (a cancel). After that, a release
     /// on those instances cannot go unseen.
-    pub fn wait_subscribed(&self, count: usize, deadline: Instant, stop: Option<&Receiver<()>>) {
+    pub(crate) fn wait_subscribed(
+        &self,
+        count: usize,
+        deadline: Instant,
+        stop: Option<&Receiver<()>>,
+    ) {
         for _ in 0..count {
             if receive_until(&self.subscribed, deadline, stop).is_none() {
                 return;
@@ -268,7 +273,7 @@ impl Watch<'_> {
     /// disconnecting (a cancel); true if one came.
     /// Waiting again, the call is no longer busy with a tagged release
     /// it was handed.
-    pub fn wait_released(&self, deadline: Instant, stop: Option<&Receiver<()>>) -> bool {
+    pub(crate) fn wait_released(&self, deadline: Instant, stop: Option<&Receiver<()>>) -> bool {
         self.busy.store(false, Ordering::Release);
         match receive_until(&self.wake, deadline, stop) {
             Some(wake) => {
@@ -284,7 +289,7 @@ impl Watch<'_> {
     /// to an earlier one, so a release travels down the line once). A set
     /// refused for another member's sake leaves the released one free for
     /// a call that wants only that.
-    pub fn pass_on(&self) {
+    pub(crate) fn pass_on(&self) {
         let channels = self.registry.channels.lock();
         for channel in &self.channels {
             let Some(waiters) = channels.get(channel) else {
@@ -298,7 +303,7 @@ impl Watch<'_> {
 
     /// Takes the notifications that arrived before now; true if there
     /// was one. Tags among them are kept for [`take_tags`](Self::take_tags).
-    pub fn clear(&self) -> bool {
+    pub(crate) fn clear(&self) -> bool {
         let mut any = false;
         let mut held = self.held.lock();
         for wake in self.wake.try_iter() {
@@ -309,7 +314,7 @@ impl Watch<'_> {
     }
 
     /// The permits' releases received since the last call.
-    pub fn take_tags(&self) -> Vec<Tag> {
+    pub(crate) fn take_tags(&self) -> Vec<Tag> {
         std::mem::take(&mut *self.held.lock())
     }
 
@@ -317,7 +322,7 @@ impl Watch<'_> {
     /// call, and hands `unused` and every tag received meanwhile (other
     /// permits freed while this call was busy) each to another call, which
     /// may take it.
-    pub fn granted(&self, unused: Vec<Tag>) {
+    pub(crate) fn granted(&self, unused: Vec<Tag>) {
         let _ = self.clear();
         let mut tags = unused;
         tags.append(&mut self.held.lock());

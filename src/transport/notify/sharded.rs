@@ -59,7 +59,7 @@ enum Event {
 }
 
 impl ShardedSubscriber {
-    pub fn new(
+    pub(crate) fn new(
         shards: Arc<dyn Shards>,
         connect_timeout: Duration,
         timeout: Duration,
@@ -76,7 +76,7 @@ impl ShardedSubscriber {
         }
     }
 
-    pub fn run(mut self) {
+    pub(crate) fn run(mut self) {
         let (registry, kicks) = (Arc::clone(&self.registry), self.kicks.clone());
         let shards = Arc::clone(&self.shards);
         // Refused as not its own (`MOVED` comes back as an error here), or

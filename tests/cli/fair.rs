@@ -2,12 +2,10 @@
 //! and runs its command under the lock; `redfence status` shows the queue
 //! (ticket, waiter, age).
 
-mod common;
-
 use std::time::Duration;
 
-use common::cli::{code, finish, redfence, run, run_cmd, stderr, stdout, RUN_LIMIT};
-use common::{client, eventually};
+use crate::common::cli::{code, finish, redfence, run, run_cmd, stderr, stdout, RUN_LIMIT};
+use crate::common::{client, eventually};
 use redfence::testing::RedisServers;
 
 fn status(cluster: &RedisServers, resource: &str, json: bool) -> String {
@@ -16,7 +14,7 @@ fn status(cluster: &RedisServers, resource: &str, json: bool) -> String {
     if json {
         cmd.arg("--json");
     }
-    let out = common::cli::output(&mut cmd);
+    let out = crate::common::cli::output(&mut cmd);
     assert_eq!(code(out.status), 0, "{}", stderr(&out));
     stdout(&out)
 }
