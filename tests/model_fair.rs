@@ -81,17 +81,14 @@
 //!
 //! [stateright]: https://docs.rs/stateright
 
-use std::time::Instant;
-
 #[path = "common/model.rs"]
 mod model_support;
 
-use stateright::{Checker, HasDiscoveries, Model, Property};
+use model_support::{Stop, N, QUORUM};
+use stateright::{Checker, Model, Property};
 
-const N: usize = 3;
 /// The value of the holder the lock may start with (not a caller).
 const OUTSIDER: u8 = 7;
-const QUORUM: usize = N / 2 + 1;
 /// Attempt rounds a caller makes before it gives up.
 const ROUNDS: u8 = 2;
 
@@ -743,62 +740,43 @@ impl FairModel {
 /// every behaviour when it says "bounded": the space of two callers with
 /// every fault is larger than CI can afford), and asserts that no safety
 /// property fails among them.
-fn bounded(label: &str, model: FairModel) -> Box<dyn Checker<FairModel>> {
-    search(label, model, false)
+fn bounded(label: &str, model: FairModel) -> impl Checker<FairModel> {
+    let checker = model_support::bfs(label, model, BOUND);
+    assert_safe(label, &checker);
+    checker
 }
 
-/// [`bounded`], breadth first, or depth first with `deep` (long
-/// behaviours, not all of the short ones).
-fn search(label: &str, model: FairModel, deep: bool) -> Box<dyn Checker<FairModel>> {
-    let start = Instant::now();
-    let builder = model
-        .checker()
-        .threads(model_support::cores())
-        .target_state_count(BOUND);
-    let checker: Box<dyn Checker<FairModel>> = if deep {
-        Box::new(builder.spawn_dfs().join())
-    } else {
-        Box::new(builder.spawn_bfs().join())
-    };
-    // As `model_support::report`, which takes a sized checker.
-    println!(
-        "{label}: {} unique states, depth {}, {:.2?}",
-        checker.unique_state_count(),
-        checker.max_depth(),
-        start.elapsed()
-    );
-    let whole = checker.state_count() < BOUND;
+/// [`bounded`], depth first: long behaviours, not all of the short ones.
+fn deep(label: &str, model: FairModel) -> impl Checker<FairModel> {
+    let checker = model_support::dfs(label, model, None, Some(BOUND));
+    assert_safe(label, &checker);
+    checker
+}
+
+/// Says whether the search covered the whole space, and asserts that no
+/// safety property failed in what it covered.
+fn assert_safe(label: &str, checker: &impl Checker<FairModel>) {
+    let whole = model_support::exhaustive(checker, Some(BOUND));
     println!("{label}: {}", if whole { "exhaustive" } else { "bounded" });
     for property in [EXCLUSION, ORDER, NO_STALL] {
         checker.assert_no_discovery(property);
     }
-    checker
 }
 
 /// The shortest behaviour (of those searched) that breaks `property`.
 fn counterexample(label: &str, model: FairModel, property: &'static str) -> Vec<Action> {
-    let start = Instant::now();
     let focus: &'static [&'static str] = match property {
         EXCLUSION => &[EXCLUSION],
         ORDER => &[ORDER],
         _ => &[NO_STALL],
     };
-    let checker = FairModel { focus, ..model }
-        .checker()
-        .target_state_count(BOUND)
-        .finish_when(HasDiscoveries::AnyFailures)
-        .spawn_bfs()
-        .join();
-    model_support::report(label, start, &checker);
-    let path = checker
-        .discovery(property)
-        .unwrap_or_else(|| panic!("{label} must break \"{property}\""));
-    let actions = path.into_actions();
-    println!(
-        "counterexample to \"{property}\" ({} steps): {actions:?}",
-        actions.len()
-    );
-    actions
+    let stop = Stop {
+        bound: Some(BOUND),
+        at_failure: true,
+    };
+    let (_, path) =
+        model_support::counterexample(label, FairModel { focus, ..model }, stop, &[property]);
+    path.into_actions()
 }
 
 /// Where a bounded search stops, and a safety net on each search's size.
@@ -821,7 +799,7 @@ fn two_callers_with_every_fault_deep() {
         copies: 1,
         ..FairModel::new(Rules::Design, 2)
     };
-    let checker = search("two callers, deep", model, true);
+    let checker = deep("two callers, deep", model);
     checker.assert_any_discovery("a waiter is granted after waiting");
     checker.assert_any_discovery("a resumed waiter is told it lost its place");
 }

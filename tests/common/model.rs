@@ -86,6 +86,21 @@ pub fn dfs<M: Searchable>(
     checker
 }
 
+/// A breadth-first search of `model` on every core, stopping after `bound`
+/// generated states: every behaviour up to the depth it reports, for a
+/// space too large to search whole ([`exhaustive`] tells whether it was).
+pub fn bfs<M: Searchable>(label: &str, model: M, bound: usize) -> impl Checker<M> {
+    let start = Instant::now();
+    let checker = model
+        .checker()
+        .threads(cores())
+        .target_state_count(bound)
+        .spawn_bfs()
+        .join();
+    report(label, start, &checker);
+    checker
+}
+
 /// Whether a search that stopped at `bound` (if any) covered every state:
 /// the checker stops early once it generated `bound` states, and
 /// `is_done` is true then too, so only the count tells.
