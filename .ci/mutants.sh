@@ -340,11 +340,11 @@ m hold-rests-on-release src/lock/acquire.rs "late_requests holder" \
   'let keys = if hold.is_zero() {' \
   'let keys = if true {'
 
-m cancelled-grant-kept src/client.rs "waiting" \
+m cancelled-grant-kept src/lock/call.rs "waiting" \
   'if cancelled {
-            crate::lock::lease::undo(self.shared(), &lease);' \
+        lease::undo(caller.shared, &lease);' \
   'if cancelled && false {
-            crate::lock::lease::undo(self.shared(), &lease);'
+        lease::undo(caller.shared, &lease);'
 
 # --- Rust: the native commands (src/protocol/native.rs), on Valkey 9.1 ----------------
 

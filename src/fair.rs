@@ -23,9 +23,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::{Redlock, Step};
+use crate::client::Redlock;
 use crate::guard::LockGuard;
 use crate::lock::acquire::{self, Failure, Grant, Lifetime, QueueNote};
+use crate::lock::call::Step;
 use crate::lock::shared::Shared;
 use crate::protocol::keys::{FairQueue, Target};
 use crate::protocol::scripts;

@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::client::{Redlock, Step};
+use crate::client::Redlock;
 use crate::guard::Permit;
 use crate::lock::acquire::{self, Failure, Grant, Lifetime};
+use crate::lock::call::Step;
 use crate::lock::shared::Shared;
 use crate::protocol::keys::{self, Keys, Target};
 use crate::protocol::majority::Quorum;
