@@ -70,85 +70,48 @@ mod targets {
 /// ```
 #[cfg(feature = "metrics")]
 pub fn describe_metrics() {
-    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
-    describe_counter!(
-        ACQUIRE_TOTAL,
-        Unit::Count,
-        "Lock calls by outcome: granted, contended, unavailable, no_validity, wrong_type, invalid, cancelled, access_denied, skipped."
-    );
-    describe_counter!(
-        ACQUIRE_ATTEMPTS_TOTAL,
-        Unit::Count,
-        "Acquisition attempts (votes), retries included."
-    );
-    describe_histogram!(
-        ACQUIRE_DURATION,
-        Unit::Seconds,
-        "Duration of whole lock calls, waits included, by outcome."
-    );
-    describe_histogram!(
-        HOLD_DURATION,
-        Unit::Seconds,
-        "Time from a grant to its release or to the loss of its lease."
-    );
-    describe_counter!(
-        EXTEND_TOTAL,
-        Unit::Count,
-        "Lease extension rounds (watchdog and manual) by outcome: ok, failed."
-    );
-    describe_counter!(
-        LEASE_LOST_TOTAL,
-        Unit::Count,
-        "Leases lost while held, by reason: expired, not_held, extension_failed, extension_limit."
-    );
-    describe_counter!(
-        FENCE_RAISE_TOTAL,
-        Unit::Count,
-        "Fence raise rounds that reached a quorum (the granting instances' counters disagreed)."
-    );
-    describe_counter!(
-        INSTANCE_ERRORS_TOTAL,
-        Unit::Count,
-        "Failed exchanges with an instance, by instance (host:port/db) and kind."
-    );
-    describe_gauge!(
-        HELD_LOCKS,
-        Unit::Count,
-        "Lock guards alive in this process."
-    );
-    describe_gauge!(
-        HELD_PERMITS,
-        Unit::Count,
-        "Semaphore permits held in this process, by semaphore (also counted in redfence_held_locks)."
-    );
-    describe_gauge!(
-        OWED_RELEASES,
-        Unit::Count,
-        "Releases queued for retry because their instance could not be reached, by instance."
-    );
-    describe_counter!(
-        OWED_RELEASES_DROPPED_TOTAL,
-        Unit::Count,
-        "Owed releases given up because too many were queued for one instance."
-    );
-    describe_gauge!(
-        CLOCK_OFFSET,
-        Unit::Seconds,
-        "An instance's clock minus the median of the instances' clocks, by instance, as of the \
-         last Redlock::ping or Redlock::clock_offsets call."
-    );
-    describe_gauge!(
-        LEADER,
-        Unit::Count,
-        "1 while this process leads the election, 0 otherwise, by election."
-    );
-    describe_counter!(
-        LEADER_CHANGES_TOTAL,
-        Unit::Count,
-        "Times this process became leader or stopped leading, by election and change \
-         (elected, lost, resigned)."
-    );
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
+    for (kind, name, unit, help) in METRICS {
+        match kind {
+            Metric::Counter => describe_counter!(name, unit, help),
+            Metric::Gauge => describe_gauge!(name, unit, help),
+            Metric::Histogram => describe_histogram!(name, unit, help),
+        }
+    }
 }
+
+/// The kinds of series [`METRICS`] describes.
+#[cfg(feature = "metrics")]
+enum Metric {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// Every series the crate records: kind, name, unit, description.
+#[cfg(feature = "metrics")]
+const METRICS: [(Metric, &str, metrics::Unit, &str); 15] = {
+    use metrics::Unit;
+    [
+        (Metric::Counter, ACQUIRE_TOTAL, Unit::Count, "Lock calls by outcome: granted, contended, unavailable, no_validity, wrong_type, invalid, cancelled, access_denied, skipped."),
+        (Metric::Counter, ACQUIRE_ATTEMPTS_TOTAL, Unit::Count, "Acquisition attempts (votes), retries included."),
+        (Metric::Histogram, ACQUIRE_DURATION, Unit::Seconds, "Duration of whole lock calls, waits included, by outcome."),
+        (Metric::Histogram, HOLD_DURATION, Unit::Seconds, "Time from a grant to its release or to the loss of its lease."),
+        (Metric::Counter, EXTEND_TOTAL, Unit::Count, "Lease extension rounds (watchdog and manual) by outcome: ok, failed."),
+        (Metric::Counter, LEASE_LOST_TOTAL, Unit::Count, "Leases lost while held, by reason: expired, not_held, extension_failed, extension_limit."),
+        (Metric::Counter, FENCE_RAISE_TOTAL, Unit::Count, "Fence raise rounds that reached a quorum (the granting instances' counters disagreed)."),
+        (Metric::Counter, INSTANCE_ERRORS_TOTAL, Unit::Count, "Failed exchanges with an instance, by instance (host:port/db) and kind."),
+        (Metric::Gauge, HELD_LOCKS, Unit::Count, "Lock guards alive in this process."),
+        (Metric::Gauge, HELD_PERMITS, Unit::Count, "Semaphore permits held in this process, by semaphore (also counted in redfence_held_locks)."),
+        (Metric::Gauge, OWED_RELEASES, Unit::Count, "Releases queued for retry because their instance could not be reached, by instance."),
+        (Metric::Counter, OWED_RELEASES_DROPPED_TOTAL, Unit::Count, "Owed releases given up because too many were queued for one instance."),
+        (Metric::Gauge, CLOCK_OFFSET, Unit::Seconds, "An instance's clock minus the median of the instances' clocks, by instance, as of the \
+         last Redlock::ping or Redlock::clock_offsets call."),
+        (Metric::Gauge, LEADER, Unit::Count, "1 while this process leads the election, 0 otherwise, by election."),
+        (Metric::Counter, LEADER_CHANGES_TOTAL, Unit::Count, "Times this process became leader or stopped leading, by election and change \
+         (elected, lost, resigned)."),
+    ]
+};
 
 /// Called when a client is built: descriptions reach the recorder that is
 /// installed by then, and every series whose labels are known now is

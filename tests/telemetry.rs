@@ -461,6 +461,7 @@ fn every_known_series_is_registered_at_zero_when_a_client_is_built() {
         "invalid",
         "cancelled",
         "access_denied",
+        "skipped",
     ] {
         at_zero("redfence_acquire_total", &[("outcome", outcome)]);
         at_zero("redfence_acquire_duration_seconds", &[("outcome", outcome)]);
@@ -502,7 +503,7 @@ fn every_known_series_is_registered_at_zero_when_a_client_is_built() {
     // Nothing else: no series is invented at build time.
     assert_eq!(
         series.len(),
-        8 * 2 + 2 + 2 + 4 + 2 + 3 * (9 + 2),
+        9 * 2 + 2 + 2 + 4 + 2 + 3 * (9 + 2),
         "{:?}",
         series.keys()
     );
