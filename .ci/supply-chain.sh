@@ -21,7 +21,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="${REDFENCE_TOOLS_DIR:-$HOME/.cache/redfence-tools}/bin:$HOME/.cargo/bin:$PATH"
 
-SEMVER_BASELINE=ad227b8942361c7cf193ebdec3f1c01d84bcd1a6
+# Moved, before the first release, only for an intended API change: to
+# the fair lock's (FairLock, Error::Skipped, and the request registry's
+# Key::Queue and Aspect::Order in `testing`), which the check reported
+# against ad227b8 as a major change of the registry's enums.
+SEMVER_BASELINE=0e285307517f551f985a810a28abcea87e9737cf
 SEMVER_CHECKS_VERSION=0.51.0
 TOOLS_DIR="${REDFENCE_TOOLS_DIR:-$HOME/.cache/redfence-tools}"
 
