@@ -26,15 +26,11 @@ use std::time::{Duration, Instant};
 use redfence::testing::RedisServers;
 use redfence::{LockOptions, Redlock};
 
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a valid value")),
-        Err(_) => default,
-    }
-}
+#[path = "common/bench_support.rs"]
+#[allow(dead_code)] // the benches share it; this one needs env_or
+mod bench_support;
+
+use bench_support::env_or;
 
 /// Every server's `INFO` section `section`, field `field`, summed.
 fn info_sum(servers: &RedisServers, section: &str, field: &str, part: &str) -> f64 {
