@@ -1011,8 +1011,8 @@ fn unlocks_judged(ctx: &Ctx<'_>, v: &mut Verdict) {
 /// cancel, with `Cancelled` or a guard (granted before the cancel could
 /// stop it); another error only within `CANCEL_RACE` (its attempt was
 /// ending as the cancel came). That a cancelled call leaves no key past
-/// its TTL, hold or no hold, is the orphan check's: such calls are
-/// recorded with the TTL as their keys' life.
+/// the TTL and its hold is the orphan check's: such calls are recorded
+/// with that as their keys' life.
 fn cancels(rec: &Record, v: &mut Verdict) {
     let mut late = Vec::new();
     for c in &rec.calls {
@@ -1108,7 +1108,10 @@ fn orphans(rec: &Record, v: &mut Verdict) {
         } else {
             0.0
         };
-        let expiry = s.at + s.pttl;
+        // The earliest the key can expire: its time to live was read at
+        // some moment between the reading's send and its return, and a
+        // loaded machine can put hundreds of milliseconds between them.
+        let expiry = s.sent + s.pttl;
         let written_after = earlier
             .iter()
             .map(|(_, end, life)| (expiry - (end + life + WRITTEN_AFTER + late)).max(0.0))
@@ -1408,6 +1411,7 @@ mod tests {
                 instance,
                 client,
                 at,
+                sent: at,
                 pttl,
                 voided: false,
                 reader: false,
@@ -2237,6 +2241,37 @@ mod tests {
         };
         assert_eq!(build(0.4), 0, "written at 1.68 s: the acquire landing late");
         assert_eq!(build(1.5), 1, "written at 2.78 s: nobody's");
+    }
+
+    /// A reading that took long to return (a loaded machine: 36 ms and
+    /// more were seen) read its time to live when it was sent, or a little
+    /// after: the key's expiry is counted from the send. Counted from the
+    /// return, the same key looked written after its client had stopped.
+    #[test]
+    fn a_slow_reading_counts_the_expiry_from_its_send() {
+        let build = |sent: f64| {
+            let mut rec = record();
+            rec.calls.push(crate::record::Call {
+                client: 0,
+                workload: Workload::Register,
+                resources: vec!["r".to_string()],
+                start: 0.5,
+                end: 1.0,
+                wait: 1.0,
+                key_life: 1.0,
+                error: "contended".to_string(),
+                cancelled: None,
+            });
+            seen(&mut rec, 0, "r", &[2], 1.5, 0.8);
+            rec.sightings.last_mut().expect("one sighting").sent = sent;
+            check(&rec).orphans
+        };
+        assert_eq!(build(1.3), 0, "expiry at least 2.10 s: written from 1.10 s");
+        assert_eq!(
+            build(1.5),
+            1,
+            "expiry 2.30 s: written from 1.30 s, past the call"
+        );
     }
 
     #[test]

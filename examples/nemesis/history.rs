@@ -292,7 +292,11 @@ pub struct Sighting {
     pub resource: String,
     pub instance: usize,
     pub client: usize,
+    /// When the watcher's reading returned.
     pub at: Instant,
+    /// When the reading was sent: the key's time to live was read between
+    /// the two, so `sent + pttl` is the earliest its expiry can be.
+    pub sent: Instant,
     /// The key's time to live then.
     pub pttl: Duration,
     /// A void key for the same value existed too.

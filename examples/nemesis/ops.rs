@@ -466,8 +466,11 @@ impl Worker<'_> {
         let guard = match result {
             Ok(g) => g,
             Err(e) => {
-                // Undone as a failed attempt, hold or no hold: its keys
-                // live no longer than the TTL (the orphan check judges).
+                // Undone as a failed attempt, hold or no hold. Its keys
+                // were set for the TTL and the hold: until the clean-up
+                // lands (late under the `late` nemesis, or never if it is
+                // lost) they may live that long, the documented price
+                // (docs/coordination.md); the orphan check judges that.
                 let error = self.ctx.history.count_error(&e);
                 self.ctx.history.calls.lock().push(Call {
                     client: self.id,
@@ -476,7 +479,7 @@ impl Worker<'_> {
                     start,
                     end: Instant::now(),
                     wait: CANCEL_WAIT,
-                    key_life: TTL,
+                    key_life: key_life_with_hold(TTL, hold),
                     error,
                     cancelled,
                 });

@@ -137,7 +137,10 @@ pub struct Sighting {
     pub resource: String,
     pub instance: usize,
     pub client: usize,
+    /// When the watcher's reading returned.
     pub at: f64,
+    /// When it was sent (`at` in histories that predate it).
+    pub sent: f64,
     pub pttl: f64,
     pub voided: bool,
     /// A reader-writer lock's reader entry (blocks writes only).
@@ -264,6 +267,7 @@ impl Record {
                 instance: x.instance,
                 client: x.client,
                 at: s(x.at),
+                sent: s(x.sent),
                 pttl: x.pttl.as_secs_f64(),
                 voided: x.voided,
                 reader: x.reader,
@@ -308,7 +312,7 @@ impl Record {
         for x in &self.sightings {
             line(json!({
                 "type": "sighting", "resource": x.resource, "instance": x.instance,
-                "client": x.client, "at": x.at, "pttl": x.pttl, "voided": x.voided,
+                "client": x.client, "at": x.at, "sent": x.sent, "pttl": x.pttl, "voided": x.voided,
                 "reader": x.reader,
             }));
         }
@@ -433,6 +437,7 @@ impl Record {
                 instance: uint(o, "instance")? as usize,
                 client: uint(o, "client")? as usize,
                 at: secs(o, "at")?,
+                sent: secs(o, "sent").or_else(|_| secs(o, "at"))?,
                 pttl: secs(o, "pttl")?,
                 voided: o.get("voided").and_then(Value::as_bool).unwrap_or(false),
                 reader: o.get("reader").and_then(Value::as_bool).unwrap_or(false),

@@ -105,8 +105,9 @@ pub fn watch(
                 *conn = connect(&server.url());
             }
             let Some(c) = conn.as_mut() else { continue };
+            let sent = Instant::now();
             match read(c, keys) {
-                Ok(found) => record(history, i, keys, &owners, found),
+                Ok(found) => record(history, (i, sent), keys, &owners, found),
                 Err(_) => *conn = None,
             }
         }
@@ -201,7 +202,14 @@ fn read(conn: &mut Connection, keys: &[Watched]) -> redis::RedisResult<Found> {
     Ok(out)
 }
 
-fn record(history: &History, instance: usize, keys: &[Watched], owners: &[String], found: Found) {
+/// Files a reading of `instance` sent at `sent`.
+fn record(
+    history: &History,
+    (instance, sent): (usize, Instant),
+    keys: &[Watched],
+    owners: &[String],
+    found: Found,
+) {
     let at = Instant::now();
     let mut sightings = history.sightings.lock();
     for (w, values) in keys.iter().zip(found) {
@@ -214,6 +222,7 @@ fn record(history: &History, instance: usize, keys: &[Watched], owners: &[String
                     instance,
                     client,
                     at,
+                    sent,
                     pttl: Duration::from_millis(pttl.max(0) as u64),
                     voided,
                     reader: w.readers,
