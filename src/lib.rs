@@ -143,7 +143,7 @@
 // One `unsafe` call in all: reading CLOCK_BOOTTIME (src/lock/moment.rs).
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
-#![warn(unreachable_pub)]
+#![deny(unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acl;
