@@ -691,6 +691,60 @@ mod tests {
         assert!(FENCE_RAISE_SOURCE.contains(&line), "{line}");
     }
 
+    /// Whether `packed` runs `script` (by its hash).
+    fn runs(packed: &[u8], script: &Script) -> bool {
+        let hash = script.get_hash().as_bytes();
+        packed.windows(hash.len()).any(|w| w == hash)
+    }
+
+    #[test]
+    fn each_kind_is_packed_with_its_own_scripts() {
+        let (ttl, idle) = (Duration::from_secs(10), Duration::from_secs(30));
+        let until = std::time::Instant::now() + ttl;
+        let fair = FairQueue::new("p:", "f", Duration::from_secs(1));
+        let kinds = [
+            (Target::one("p:", "a").unwrap(), &*ACQUIRE, &*EXTEND),
+            (Target::all("p:", &["a", "b"]).unwrap(), &ACQUIRE, &EXTEND),
+            (Target::permit("p:", "s", 1), &ACQUIRE, &EXTEND),
+            (
+                Target::counted_permit("p:", "s", 1, 3, idle),
+                &PERMIT_ACQUIRE,
+                &PERMIT_EXTEND,
+            ),
+            (
+                Target::rw("p:", "w", Access::Read).unwrap(),
+                &RW_ACQUIRE,
+                &RW_EXTEND,
+            ),
+            (
+                Target::rw("p:", "w", Access::Write { wait_until: until }).unwrap(),
+                &RW_ACQUIRE,
+                &RW_EXTEND,
+            ),
+            (
+                Target::fair("p:", "f", fair).unwrap(),
+                &FAIR_ACQUIRE,
+                &EXTEND,
+            ),
+        ];
+        for (target, acquire_script, extend_script) in kinds {
+            let kind = &target.kind;
+            assert!(
+                runs(&acquire(&target, "v", ttl, idle, 1), acquire_script),
+                "{kind:?}"
+            );
+            assert!(runs(&extend(&target, "v", ttl), extend_script), "{kind:?}");
+            let release_script = match kind {
+                Kind::Rw(_) => &*RW_RELEASE,
+                _ => &*RELEASE,
+            };
+            assert!(
+                runs(&release(&target, "v", ttl), release_script),
+                "{kind:?}"
+            );
+        }
+    }
+
     #[test]
     fn the_acquire_script_uses_the_same_window() {
         let line = format!("local EPS = {PROPOSAL_WINDOW_MICROS}\n");
