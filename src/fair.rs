@@ -28,7 +28,7 @@ use crate::guard::LockGuard;
 use crate::lock::acquire::{self, Failure, Grant, Lifetime, QueueNote};
 use crate::lock::call::Step;
 use crate::lock::shared::Shared;
-use crate::protocol::keys::{FairQueue, Target};
+use crate::protocol::keys::{FairQueue, Kind, Target};
 use crate::protocol::scripts;
 use crate::transport::outgoing::Outgoing;
 use crate::transport::round::all_yes;
@@ -190,10 +190,9 @@ impl FairLock {
             });
         }
         let shared = self.client.shared();
-        let mut target = Target::one(&shared.cfg.prefix, &self.name)?;
         let mut queue = FairQueue::new(&shared.cfg.prefix, &self.name, self.heartbeat);
         queue.call = format!("{}:{}", queue.call, shared.cfg.identity);
-        target.fair = Some(queue);
+        let target = Target::fair(&shared.cfg.prefix, &self.name, queue)?;
         Ok(FairStep {
             target,
             ticket: None,
@@ -221,7 +220,7 @@ impl FairLock {
 
 /// The attempts of one fair lock call.
 struct FairStep {
-    /// The lock, with the call's queue entry.
+    /// The lock, with the call's queue entry (its kind is `Fair`).
     target: Target,
     /// Its ticket, once it joined the queues.
     ticket: Option<u64>,
@@ -243,14 +242,17 @@ struct FairStep {
 impl FairStep {
     fn queue(&self) -> FairQueue {
         // Set by `FairLock::step`, the only maker of a fair step.
-        self.target
-            .fair
-            .clone()
-            .unwrap_or_else(|| FairQueue::new("", "", FAIR_HEARTBEAT))
+        let Kind::Fair(queue) = &self.target.kind else {
+            return FairQueue::new("", "", FAIR_HEARTBEAT);
+        };
+        queue.clone()
     }
 
     fn beat(&self) -> Duration {
-        self.target.fair.as_ref().map_or(FAIR_HEARTBEAT, |q| q.beat)
+        let Kind::Fair(queue) = &self.target.kind else {
+            return FAIR_HEARTBEAT;
+        };
+        queue.beat
     }
 
     /// Whether this wake-up is worth a round: the head attempts at once;
@@ -313,8 +315,8 @@ impl FairStep {
         }
         self.ticket = Some(ticket);
         self.joining = None;
-        if let Some(fair) = &mut self.target.fair {
-            fair.ticket_round = false;
+        if let Kind::Fair(queue) = &mut self.target.kind {
+            queue.ticket_round = false;
         }
         Ok(())
     }

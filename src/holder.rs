@@ -14,7 +14,7 @@ use crate::protocol::keys::{Keys, RwKeys};
 use crate::protocol::majority::Quorum;
 use crate::protocol::scripts;
 use crate::transport::outgoing::Outgoing;
-use crate::transport::round::{error_reply, unexpected, Vote};
+use crate::transport::round::{error_reply, unexpected, Classify, Vote};
 use crate::Error;
 
 /// Who holds a lock, as a quorum of the instances sees it: returned by
@@ -94,34 +94,57 @@ fn classify(values: &[Value]) -> Vote<Reading, ()> {
 /// Reads the holder of `resource` on every instance (see
 /// [`Redlock::holder`](crate::Redlock::holder)).
 pub(crate) fn read(shared: &Shared, name: &str, keys: &Keys) -> Result<Option<Holder>, Error> {
+    let read = read_round(shared, name, keys, scripts::holder(keys), classify)?;
+    Ok(agreed_holder(
+        &read.answers,
+        read.quorum,
+        read.start.elapsed(),
+    ))
+}
+
+/// The answers of a reading round, from a quorum at least.
+struct Readings<T> {
+    answers: Vec<(usize, T)>,
+    quorum: Quorum,
+    /// When the round started: the TTLs read are shortened by the time
+    /// since.
+    start: Instant,
+}
+
+/// A read-only round: `packed` (one command) on the slot of `keys`, sent
+/// once the connections are warm, waiting for every answer. Fails with a
+/// key of another type under `name`, or fewer than a quorum of answers.
+fn read_round<T: Send + 'static>(
+    shared: &Shared,
+    name: &str,
+    keys: &Keys,
+    packed: Arc<[u8]>,
+    classify: Classify<T, ()>,
+) -> Result<Readings<T>, Error> {
     shared.warmup.wait();
     let start = Instant::now();
     let deadline = shared.round_deadline();
+    let out = Outgoing::to_slot(keys.slot, (packed, 1));
     let tally = shared
         .instances
-        .round(
-            &Outgoing::to_slot(keys.slot, (scripts::holder(keys), 1)),
-            deadline,
-            classify,
-        )
+        .round(&out, deadline, classify)
         .wait_all(deadline);
-    if tally.has_wrong_type() {
-        return Err(Error::WrongType {
-            resource: name.to_string(),
-            errors: tally.failed,
-        });
-    }
     let quorum = shared.instances.quorum();
-    if !quorum.reached(tally.yes.len()) {
-        let granted = tally.yes.len();
-        return Err(Error::unavailable(
+    let wrong_type = tally.has_wrong_type();
+    if wrong_type || !quorum.reached(tally.yes.len()) {
+        return Err(refusal(
             name,
-            quorum.size(),
-            granted,
+            quorum,
+            tally.yes.len(),
             tally.failed,
+            wrong_type,
         ));
     }
-    Ok(agreed_holder(&tally.yes, quorum, start.elapsed()))
+    Ok(Readings {
+        answers: tally.yes,
+        quorum,
+        start,
+    })
 }
 
 /// Reads the holder, then deletes its lock value on every instance where
@@ -266,27 +289,10 @@ pub(crate) fn rw_force_release(
     keys: &Keys,
     rw: &RwKeys,
 ) -> Result<RwHolders, Error> {
-    shared.warmup.wait();
-    let start = Instant::now();
-    let deadline = shared.round_deadline();
-    let out = Outgoing::to_slot(keys.slot, (scripts::rw_holders(keys, rw), 1));
-    let tally = shared
-        .instances
-        .round(&out, deadline, classify_rw)
-        .wait_all(deadline);
-    let quorum = shared.instances.quorum();
-    let wrong_type = tally.has_wrong_type();
-    if wrong_type || !quorum.reached(tally.yes.len()) {
-        return Err(refusal(
-            name,
-            quorum,
-            tally.yes.len(),
-            tally.failed,
-            wrong_type,
-        ));
-    }
+    let packed = scripts::rw_holders(keys, rw);
+    let read = read_round(shared, name, keys, packed, classify_rw)?;
     let (mut writers, mut readers) = (Vec::new(), Vec::new());
-    for (index, answers) in tally.yes {
+    for (index, answers) in read.answers {
         for (is_writer, reading) in answers {
             let list = if is_writer {
                 &mut writers
@@ -297,8 +303,8 @@ pub(crate) fn rw_force_release(
         }
     }
     let revoked = RwHolders {
-        writer: agreed_holder(&writers, quorum, start.elapsed()),
-        readers: agreed_values(&readers, quorum, start.elapsed()),
+        writer: agreed_holder(&writers, read.quorum, read.start.elapsed()),
+        readers: agreed_values(&readers, read.quorum, read.start.elapsed()),
     };
     let tags: Vec<&[u8]> = revoked
         .writer

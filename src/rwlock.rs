@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::client::Redlock;
 use crate::guard::{ReadGuard, WriteGuard};
 use crate::lock::lease::Lease;
-use crate::protocol::keys::{Keys, Target};
+use crate::protocol::keys::{self, Access, Keys, Kind, RwCall, RwKeys, Target};
 use crate::protocol::scripts;
 use crate::transport::outgoing::Outgoing;
 use crate::{Error, LockOptions};
@@ -151,12 +151,13 @@ impl RwLock {
     /// ```
     pub fn force_release(&self) -> Result<crate::RwHolders, Error> {
         let shared = self.client.shared();
-        let target = Target::rw(&shared.cfg.prefix, &self.name, false, None)?;
-        let keys = &target.members[0].keys;
-        let Some(rw) = keys.rw.as_deref() else {
-            return Ok(crate::RwHolders::default());
-        };
-        crate::holder::rw_force_release(shared, &self.name, keys, rw)
+        keys::validate_resource(&self.name)?;
+        let prefix = &shared.cfg.prefix;
+        let (keys, rw) = (
+            Keys::rw(prefix, &self.name),
+            RwKeys::new(prefix, &self.name),
+        );
+        crate::holder::rw_force_release(shared, &self.name, &keys, &rw)
     }
 
     fn defaults(&self) -> LockOptions {
@@ -169,22 +170,24 @@ impl RwLock {
                 reason: "hold_at_least applies to locks, not to reader-writer locks".to_string(),
             })
         } else {
-            let wait_until = write.then(|| Instant::now() + options.get_wait());
-            Target::rw(
-                &self.client.shared().cfg.prefix,
-                &self.name,
-                write,
-                wait_until,
-            )
+            let access = if write {
+                let wait_until = Instant::now() + options.get_wait();
+                Access::Write { wait_until }
+            } else {
+                Access::Read
+            };
+            Target::rw(&self.client.shared().cfg.prefix, &self.name, access)
         };
-        let writer_keys = target
-            .as_ref()
-            .ok()
-            .filter(|t| t.rw_keys().is_some_and(|rw| rw.write))
-            .map(|t| t.members[0].keys.clone());
+        // What a writer needs to take back its wait (see `withdraw`).
+        let writer = target.as_ref().ok().and_then(|t| match &t.kind {
+            Kind::Rw(rw) if matches!(rw.access, Access::Write { .. }) => {
+                Some((t.members[0].keys.clone(), rw.clone()))
+            }
+            _ => None,
+        });
         let result = self.client.acquire_by(&self.name, target, options);
-        if let (Err(_), Some(keys)) = (&result, writer_keys) {
-            self.withdraw(&keys, options.get_ttl());
+        if let (Err(_), Some((keys, rw))) = (&result, writer) {
+            self.withdraw(&keys, &rw, options.get_ttl());
         }
         result
     }
@@ -193,10 +196,7 @@ impl RwLock {
     /// may have marked on the instances, so readers are not kept out for
     /// the rest of a TTL (`lua/rw_withdraw.lua`), and wakes them. Sent
     /// without waiting: until the mark would have expired anyway.
-    fn withdraw(&self, keys: &Keys, ttl: Duration) {
-        let Some(rw) = keys.rw.as_deref() else {
-            return;
-        };
+    fn withdraw(&self, keys: &Keys, rw: &RwCall, ttl: Duration) {
         let shared = self.client.shared();
         let pack = |sharded| scripts::rw_withdraw(keys, rw, sharded);
         let on_cluster = || pack(true);

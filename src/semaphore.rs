@@ -21,7 +21,7 @@ use crate::guard::Permit;
 use crate::lock::acquire::{self, Failure, Grant, Lifetime};
 use crate::lock::call::Step;
 use crate::lock::shared::Shared;
-use crate::protocol::keys::{self, Keys, Target};
+use crate::protocol::keys::{self, Keys, Kind, Target};
 use crate::protocol::majority::Quorum;
 use crate::protocol::scripts;
 use crate::transport::notify::Tag;
@@ -117,8 +117,12 @@ impl Semaphore {
         let shared = self.client.shared();
         let step = PermitStep::new(shared, &self.name, self.permits);
         let lease = self.client.acquire_by(&self.name, step, options)?;
-        // Set by `Target::permit`, the only target a permit step makes.
-        let slot = lease.target.permit_slot.unwrap_or_default();
+        // A permit's, made by `Target::permit`, the only target a permit
+        // step makes.
+        let slot = match lease.target.kind {
+            Kind::Permit { slot, .. } => slot,
+            Kind::Lock | Kind::Set | Kind::Rw(_) | Kind::Fair(_) => 0,
+        };
         Ok(Permit::new(
             lease,
             self.client.keep_alive(),

@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use redis::Value;
 
-use crate::protocol::keys::{Keys, Target};
+use crate::protocol::keys::{Keys, RwKeys, Target};
 use crate::protocol::scripts;
 use crate::transport::instance::{Collect, Replies, Request};
 use crate::Redlock;
@@ -72,8 +72,7 @@ pub(super) fn keyless() -> Vec<Probe> {
 /// reader scored as long expired, removed at once.
 pub(super) fn on_keys(prefix: &str, resource: &str) -> Vec<Probe> {
     let keys = Keys::new(prefix, resource);
-    let rw = Keys::rw(prefix, resource, false, None);
-    let readers = rw.rw.as_ref().map_or(String::new(), |r| r.readers.clone());
+    let readers = RwKeys::new(prefix, resource).readers;
     let void = Target::one(prefix, resource)
         .map(|t| t.void_key(PROBE_VALUE))
         .unwrap_or_default();

@@ -29,7 +29,7 @@ use redis::Value;
 
 use crate::lock::moment::Moment;
 use crate::lock::shared::Shared;
-use crate::protocol::keys::{Keys, Target};
+use crate::protocol::keys::{Keys, Kind, Target};
 use crate::protocol::majority::Quorum;
 use crate::protocol::scripts;
 use crate::protocol::split::Combine;
@@ -183,9 +183,9 @@ impl<'a> Attempt<'a> {
         };
         let out = Outgoing::about(self.target, pack(self.target), &pack).combined(&combine);
         let deadline = self.start + cfg.instance_timeout;
-        let classify = match &self.target.fair {
-            Some(_) => classify_fair,
-            None => classify_acquire,
+        let classify = match &self.target.kind {
+            Kind::Fair(_) => classify_fair,
+            Kind::Lock | Kind::Set | Kind::Permit { .. } | Kind::Rw(_) => classify_acquire,
         };
         self.shared
             .instances
@@ -241,7 +241,7 @@ impl<'a> Attempt<'a> {
     /// A fair lock's notes from every answer: a grant's ticket (the
     /// ticket round's, after the token), a refusal's note.
     fn queue_notes(&self, tally: &AcquireTally) -> Vec<(usize, QueueNote)> {
-        if self.target.fair.is_none() {
+        if !matches!(self.target.kind, Kind::Fair(_)) {
             return Vec::new();
         }
         let members = self.target.members.len();
@@ -291,7 +291,10 @@ impl<'a> Attempt<'a> {
                 .iter()
                 .filter_map(|m| Some((&m.keys, token_of(&m.resource)?)))
                 .collect();
-            (scripts::raise(&lagging, value, idle), lagging.len())
+            (
+                scripts::raise(&t.kind, &lagging, value, idle),
+                lagging.len(),
+            )
         };
         let out = Outgoing::about(target, pack(target), &pack);
         let deadline = self.shared.round_deadline();

@@ -12,7 +12,7 @@ use redis::Value;
 use crate::lock::acquire::Grant;
 use crate::lock::moment::Moment;
 use crate::lock::shared::Shared;
-use crate::protocol::keys::Target;
+use crate::protocol::keys::{Kind, Target};
 use crate::protocol::native;
 use crate::protocol::scripts;
 use crate::telemetry;
@@ -359,8 +359,8 @@ pub(crate) fn undo(shared: &Shared, lease: &Lease) {
 /// slots wake as many waiters (`transport/notify`); a lock's `1`, since
 /// one release frees one lock.
 fn announcement(lease: &Lease) -> Vec<u8> {
-    match (lease.target.permit_slot, lease.tokens.first()) {
-        (Some(slot), Some(token)) => format!("{slot}:{token}").into_bytes(),
+    match (&lease.target.kind, lease.tokens.first()) {
+        (Kind::Permit { slot, .. }, Some(token)) => format!("{slot}:{token}").into_bytes(),
         _ => UNTAGGED.to_vec(),
     }
 }

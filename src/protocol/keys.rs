@@ -28,6 +28,11 @@
 //! The two prefixes differ, so no resource name can collide with another's
 //! counter, and `{R}` is a hash tag that keeps both keys on the same slot if
 //! an instance is a cluster node.
+//!
+//! [`Keys`] holds key names only. What a call is (a lock, a set, a permit,
+//! a read or a write, a fair lock's attempt) and what it carries beside
+//! its keys (an rw call's id, a permit's count, a fair lock's queue entry)
+//! is the [`Target`]'s [`Kind`].
 
 use crate::Error;
 
@@ -38,6 +43,8 @@ pub const MAX_RESOURCE_LEN: usize = 1024;
 /// together.
 pub const MAX_RESOURCES: usize = 64;
 
+/// The key names of one resource, permit slot or rw lock's writer side;
+/// nothing about the call that uses them (that is the target's [`Kind`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Keys {
     pub lock: String,
@@ -47,8 +54,6 @@ pub(crate) struct Keys {
     pub term: String,
     /// The void keys of this resource, without the attempt's value.
     void: String,
-    /// A reader-writer lock's own keys; `None` for a lock or a permit.
-    pub rw: Option<Box<RwKeys>>,
     /// The cluster slot of every key above (they share the hash tag
     /// `{R}`); none for a name that starts with `}`, whose tag is empty, so
     /// that its keys would land on different slots.
@@ -66,7 +71,6 @@ impl Keys {
             channel: tagged(prefix, "released:", resource, ""),
             term: tagged(prefix, "term:", resource, ""),
             void: tagged(prefix, "void:", resource, ":"),
-            rw: None,
         }
     }
 }
@@ -93,18 +97,13 @@ impl Keys {
             channel: semaphore_channel(prefix, name),
             term: format!("{prefix}term:{{{name}}}:permit:{slot}"),
             void: format!("{prefix}void:{{{name}}}:permit:{slot}:"),
-            rw: None,
         }
     }
 
-    /// The keys of reader-writer lock `name`, for a read or a write: the
-    /// writer key stands where a lock's key does (`lua/rw_acquire.lua`).
-    pub(crate) fn rw(
-        prefix: &str,
-        name: &str,
-        write: bool,
-        wait_until: Option<std::time::Instant>,
-    ) -> Self {
+    /// The keys of reader-writer lock `name` a lock also has: the writer
+    /// key stands where a lock's key does (`lua/rw_acquire.lua`); the rest
+    /// are in [`RwKeys`].
+    pub(crate) fn rw(prefix: &str, name: &str) -> Self {
         let lock = format!("{prefix}rw:{{{name}}}:writer");
         Keys {
             slot: (!name.starts_with('}'))
@@ -114,13 +113,6 @@ impl Keys {
             channel: format!("{prefix}released:{{{name}}}:rw"),
             term: format!("{prefix}term:{{{name}}}:rw"),
             void: format!("{prefix}void:{{{name}}}:rw:"),
-            rw: Some(Box::new(RwKeys {
-                readers: format!("{prefix}rw:{{{name}}}:readers"),
-                intent: format!("{prefix}rw:{{{name}}}:intent"),
-                write,
-                call: uuid::Uuid::new_v4().simple().to_string(),
-                wait_until,
-            })),
         }
     }
 }
@@ -132,13 +124,36 @@ pub(crate) struct RwKeys {
     pub readers: String,
     /// A waiting writer's value, which new readers wait behind.
     pub intent: String,
-    /// This call writes (else it reads).
-    pub write: bool,
+}
+
+impl RwKeys {
+    pub(crate) fn new(prefix: &str, name: &str) -> Self {
+        RwKeys {
+            readers: format!("{prefix}rw:{{{name}}}:readers"),
+            intent: format!("{prefix}rw:{{{name}}}:intent"),
+        }
+    }
+}
+
+/// One call on a reader-writer lock: the keys beside its writer key, and
+/// what the call carries to the instances (`lua/rw_acquire.lua`).
+#[derive(Debug, Clone)]
+pub(crate) struct RwCall {
+    pub keys: RwKeys,
     /// The call's id, one for all its attempts: a waiting writer's mark.
     pub call: String,
-    /// When the call stops waiting: a refused writer's mark lasts until
-    /// then (`None`: no mark).
-    pub wait_until: Option<std::time::Instant>,
+    pub access: Access,
+}
+
+/// Whether an rw lock's call reads or writes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Access {
+    Read,
+    /// A write, which stops waiting at `wait_until`: a refused writer's
+    /// mark lasts until then.
+    Write {
+        wait_until: std::time::Instant,
+    },
 }
 
 /// Where semaphore `name` records its permit count.
@@ -165,12 +180,32 @@ pub(crate) struct Target {
     /// How errors name it: the resource, or `[a, b]` for a set.
     pub name: String,
     pub members: Vec<Member>,
-    /// The slot, for a semaphore's permit.
-    pub permit_slot: Option<u32>,
-    /// The count an acquire of a permit checks, and where it is recorded.
-    pub count: Option<PermitCount>,
-    /// A fair lock's queue, which gates its acquire (`lua/fair_gate.lua`).
-    pub fair: Option<FairQueue>,
+    pub kind: Kind,
+}
+
+/// What kind of thing a target is, with what that kind's calls carry
+/// beside its members' keys: which scripts pack its requests, and with
+/// what. The packers match on it once each (`protocol/scripts.rs`); every
+/// kind is named in each match, so a new one is placed in every script.
+#[derive(Debug, Clone)]
+pub(crate) enum Kind {
+    /// A lock of one resource.
+    Lock,
+    /// Resources locked all or nothing
+    /// ([`lock_all`](crate::Redlock::lock_all)).
+    Set,
+    /// Slot `slot` of a semaphore: a lock of its own. With `count`, its
+    /// acquire checks the semaphore's count (`lua/permit_acquire.lua`) and
+    /// its extensions keep the count's record alive.
+    Permit {
+        slot: u32,
+        count: Option<PermitCount>,
+    },
+    /// A read or a write of a reader-writer lock.
+    Rw(RwCall),
+    /// A fair lock's attempt: the lock, gated by its queue
+    /// (`lua/fair_gate.lua`).
+    Fair(FairQueue),
 }
 
 /// A fair lock's queue keys and one waiter's place in them
@@ -221,9 +256,15 @@ impl Target {
                 resource: resource.to_string(),
                 keys: Keys::new(prefix, resource),
             }],
-            permit_slot: None,
-            count: None,
-            fair: None,
+            kind: Kind::Lock,
+        })
+    }
+
+    /// The lock `name` of a fair lock's call, gated by its `queue`.
+    pub(crate) fn fair(prefix: &str, name: &str, queue: FairQueue) -> Result<Self, Error> {
+        Ok(Target {
+            kind: Kind::Fair(queue),
+            ..Target::one(prefix, name)?
         })
     }
 
@@ -237,9 +278,7 @@ impl Target {
                 resource,
                 keys: Keys::permit(prefix, name, slot),
             }],
-            permit_slot: Some(slot),
-            count: None,
-            fair: None,
+            kind: Kind::Permit { slot, count: None },
         }
     }
 
@@ -253,42 +292,35 @@ impl Target {
         permits: u32,
         idle: std::time::Duration,
     ) -> Self {
+        let count = PermitCount {
+            record: permits_record(prefix, name),
+            permits,
+            idle,
+        };
         Target {
-            count: Some(PermitCount {
-                record: permits_record(prefix, name),
-                permits,
-                idle,
-            }),
+            kind: Kind::Permit {
+                slot,
+                count: Some(count),
+            },
             ..Target::permit(prefix, name, slot)
         }
     }
 
-    /// Reader-writer lock `name`, for reading or writing.
-    pub(crate) fn rw(
-        prefix: &str,
-        name: &str,
-        write: bool,
-        wait_until: Option<std::time::Instant>,
-    ) -> Result<Self, Error> {
+    /// Reader-writer lock `name`, for a call that reads or writes.
+    pub(crate) fn rw(prefix: &str, name: &str, access: Access) -> Result<Self, Error> {
         validate_resource(name)?;
         Ok(Target {
             name: name.to_string(),
             members: vec![Member {
                 resource: name.to_string(),
-                keys: Keys::rw(prefix, name, write, wait_until),
+                keys: Keys::rw(prefix, name),
             }],
-            permit_slot: None,
-            count: None,
-            fair: None,
+            kind: Kind::Rw(RwCall {
+                keys: RwKeys::new(prefix, name),
+                call: uuid::Uuid::new_v4().simple().to_string(),
+                access,
+            }),
         })
-    }
-
-    /// The reader-writer keys of a one-member rw target.
-    pub(crate) fn rw_keys(&self) -> Option<&RwKeys> {
-        match self.members.as_slice() {
-            [member] => member.keys.rw.as_deref(),
-            _ => None,
-        }
     }
 
     pub(crate) fn all(prefix: &str, resources: &[&str]) -> Result<Self, Error> {
@@ -322,9 +354,7 @@ impl Target {
         Ok(Target {
             name: format!("[{}]", resources.join(", ")),
             members,
-            permit_slot: None,
-            count: None,
-            fair: None,
+            kind: Kind::Set,
         })
     }
 
@@ -357,9 +387,7 @@ impl Target {
                     Target {
                         name: self.name.clone(),
                         members: vec![member.clone()],
-                        permit_slot: self.permit_slot,
-                        count: self.count.clone(),
-                        fair: self.fair.clone(),
+                        kind: self.kind.clone(),
                     },
                 )),
             }

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use redis::{RedisResult, Value};
 
-use crate::protocol::keys::Target;
+use crate::protocol::keys::{Kind, Target};
 
 /// The native commands a connection's server runs for us.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -188,7 +188,7 @@ pub(crate) fn release(
         return None;
     };
     // A reader-writer lock has more than one key to clear: its script.
-    if member.keys.rw.is_some() {
+    if matches!(target.kind, Kind::Rw(_)) {
         return None;
     }
     let keys = &member.keys;
@@ -226,7 +226,11 @@ pub(crate) fn extend(target: &Target, value: &str, ttl: Duration) -> Option<Arc<
         return None;
     };
     // A permit's extension keeps its count record alive too: its script.
-    if member.keys.rw.is_some() || target.count.is_some() {
+    let scripted = matches!(
+        target.kind,
+        Kind::Rw(_) | Kind::Permit { count: Some(_), .. }
+    );
+    if scripted {
         return None;
     }
     let packed = redis::cmd("SET")

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use redis::Script;
 
-use crate::protocol::keys::{FairQueue, Keys, PermitCount, RwKeys, Target};
+use crate::protocol::keys::{Access, FairQueue, Keys, Kind, PermitCount, RwCall, RwKeys, Target};
 
 const ACQUIRE_SOURCE: &str = include_str!("../../lua/acquire.lua");
 const RELEASE_SOURCE: &str = include_str!("../../lua/release.lua");
@@ -203,8 +203,7 @@ fn record_and_slots(prefix: &str, name: &str, slots: u32) -> Vec<String> {
     std::iter::once(record).chain(locks).collect()
 }
 
-/// The acquire script of a lease: lock and fence keys in pairs, then the
-/// attempt's void key.
+/// The acquire script of a lease, by the target's kind.
 pub(crate) fn acquire(
     target: &Target,
     value: &str,
@@ -212,15 +211,27 @@ pub(crate) fn acquire(
     idle: Duration,
     proposal: u64,
 ) -> Arc<[u8]> {
-    if let Some(rw) = target.rw_keys() {
-        return rw_acquire(target, rw, value, ttl, idle, proposal);
+    match &target.kind {
+        Kind::Lock | Kind::Set | Kind::Permit { count: None, .. } => {
+            lock_acquire(target, value, ttl, idle, proposal)
+        }
+        Kind::Permit {
+            count: Some(count), ..
+        } => permit_acquire(target, count, value, ttl, idle, proposal),
+        Kind::Rw(rw) => rw_acquire(target, rw, value, ttl, idle, proposal),
+        Kind::Fair(fair) => fair_acquire(target, fair, value, (ttl, idle), proposal),
     }
-    if let Some(count) = &target.count {
-        return permit_acquire(target, count, value, ttl, idle, proposal);
-    }
-    if let Some(fair) = &target.fair {
-        return fair_acquire(target, fair, value, (ttl, idle), proposal);
-    }
+}
+
+/// `lua/acquire.lua`: lock and fence keys in pairs, then the attempt's
+/// void key.
+fn lock_acquire(
+    target: &Target,
+    value: &str,
+    ttl: Duration,
+    idle: Duration,
+    proposal: u64,
+) -> Arc<[u8]> {
     let void = target.void_key(value);
     let keys: Vec<&str> = target
         .members
@@ -348,7 +359,7 @@ pub(crate) fn fair_enqueue(fair: &FairQueue, ticket: u64, idle: Duration) -> Arc
 /// `lua/rw_acquire.lua`: a read or a write of a reader-writer lock.
 fn rw_acquire(
     target: &Target,
-    rw: &RwKeys,
+    rw: &RwCall,
     value: &str,
     ttl: Duration,
     idle: Duration,
@@ -361,17 +372,21 @@ fn rw_acquire(
         idle.as_millis().to_string(),
         proposal.to_string(),
     );
-    let mode: &[u8] = if rw.write { b"w" } else { b"r" };
     // A refused writer marks its wait for the rest of it, at most a TTL.
-    let mark = rw.wait_until.map_or(Duration::ZERO, |until| {
-        until
-            .saturating_duration_since(std::time::Instant::now())
-            .min(ttl)
-    });
+    let (mode, mark): (&[u8], _) = match rw.access {
+        Access::Read => (b"r", Duration::ZERO),
+        Access::Write { wait_until } => (
+            b"w",
+            wait_until
+                .saturating_duration_since(std::time::Instant::now())
+                .min(ttl),
+        ),
+    };
     let mark_ms = mark.as_millis().to_string();
+    let RwKeys { readers, intent } = &rw.keys;
     packed(
         &RW_ACQUIRE,
-        &[&keys.lock, &rw.readers, &rw.intent, &keys.fence, &void],
+        &[&keys.lock, readers, intent, &keys.fence, &void],
         &[
             value.as_bytes(),
             ttl_ms.as_bytes(),
@@ -391,29 +406,33 @@ fn release_cmd(target: &Target, value: &str, ttl: Duration, void_always: bool) -
     let void = target.void_key(value);
     let ttl_ms = ttl.as_millis().max(1).to_string();
     let always: &[u8] = if void_always { b"1" } else { b"0" };
-    if let Some(rw) = target.rw_keys() {
-        let writer = &target.members[0].keys.lock;
-        return eval(
-            &RW_RELEASE,
-            &[writer, &rw.readers, &rw.intent, &void],
-            &[
-                value.as_bytes(),
-                ttl_ms.as_bytes(),
-                always,
-                rw.call.as_bytes(),
-            ],
-        );
+    match &target.kind {
+        Kind::Lock | Kind::Set | Kind::Permit { .. } | Kind::Fair(_) => {
+            let keys: Vec<&str> = target
+                .lock_keys()
+                .into_iter()
+                .chain([void.as_str()])
+                .collect();
+            eval(
+                &RELEASE,
+                &keys,
+                &[value.as_bytes(), ttl_ms.as_bytes(), always],
+            )
+        }
+        Kind::Rw(rw) => {
+            let writer = &target.members[0].keys.lock;
+            eval(
+                &RW_RELEASE,
+                &[writer, &rw.keys.readers, &rw.keys.intent, &void],
+                &[
+                    value.as_bytes(),
+                    ttl_ms.as_bytes(),
+                    always,
+                    rw.call.as_bytes(),
+                ],
+            )
+        }
     }
-    let keys: Vec<&str> = target
-        .lock_keys()
-        .into_iter()
-        .chain([void.as_str()])
-        .collect();
-    eval(
-        &RELEASE,
-        &keys,
-        &[value.as_bytes(), ttl_ms.as_bytes(), always],
-    )
 }
 
 /// How a failed attempt cleans up: it voids the attempt on every instance
@@ -504,41 +523,53 @@ fn announced(
 /// `ttl` from now, never earlier, where it still holds `value`.
 pub(crate) fn extend(target: &Target, value: &str, ttl: Duration) -> Arc<[u8]> {
     let ttl_ms = ttl.as_millis().to_string();
-    if let Some(count) = &target.count {
-        // The record outlives the lock it was counted for.
-        let record_ms = count.idle.max(ttl).as_millis().to_string();
-        let keys = [target.members[0].keys.lock.as_str(), count.record.as_str()];
-        return packed(
-            &PERMIT_EXTEND,
-            &keys,
-            &[value.as_bytes(), ttl_ms.as_bytes(), record_ms.as_bytes()],
-        );
-    }
-    if let Some(rw) = target.rw_keys() {
-        let writer = &target.members[0].keys.lock;
-        return packed(
-            &RW_EXTEND,
-            &[writer, &rw.readers],
+    match &target.kind {
+        Kind::Lock | Kind::Set | Kind::Permit { count: None, .. } | Kind::Fair(_) => packed(
+            &EXTEND,
+            &target.lock_keys(),
             &[value.as_bytes(), ttl_ms.as_bytes()],
-        );
+        ),
+        Kind::Permit {
+            count: Some(count), ..
+        } => {
+            // The record outlives the lock it was counted for.
+            let record_ms = count.idle.max(ttl).as_millis().to_string();
+            let keys = [target.members[0].keys.lock.as_str(), count.record.as_str()];
+            packed(
+                &PERMIT_EXTEND,
+                &keys,
+                &[value.as_bytes(), ttl_ms.as_bytes(), record_ms.as_bytes()],
+            )
+        }
+        Kind::Rw(rw) => {
+            let writer = &target.members[0].keys.lock;
+            packed(
+                &RW_EXTEND,
+                &[writer, &rw.keys.readers],
+                &[value.as_bytes(), ttl_ms.as_bytes()],
+            )
+        }
     }
-    packed(
-        &EXTEND,
-        &target.lock_keys(),
-        &[value.as_bytes(), ttl_ms.as_bytes()],
-    )
 }
 
-/// A raise round (`lua/fence_raise.lua`): one script per member, in one
-/// request, each taking the member's counter up to its token where the
-/// lock still holds `value`.
-pub(crate) fn raise(lagging: &[(&Keys, u64)], value: &str, idle: Duration) -> Arc<[u8]> {
+/// A raise round (`lua/fence_raise.lua`): one script per member of a
+/// target of `kind`, in one request, each taking the member's counter up
+/// to its token where the lock still holds `value`.
+pub(crate) fn raise(
+    kind: &Kind,
+    lagging: &[(&Keys, u64)],
+    value: &str,
+    idle: Duration,
+) -> Arc<[u8]> {
+    // A reader of an rw lock holds through its entry in the readers.
+    let readers = match kind {
+        Kind::Lock | Kind::Set | Kind::Permit { .. } | Kind::Fair(_) => None,
+        Kind::Rw(rw) => Some(rw.keys.readers.as_str()),
+    };
     let idle_ms = idle.as_millis().to_string();
     let mut bytes = Vec::new();
     for (keys, token) in lagging {
         let token = token.to_string();
-        // A reader of an rw lock holds through its entry in the readers.
-        let readers = keys.rw.as_ref().map(|rw| rw.readers.as_str());
         let mut keys = vec![keys.lock.as_str(), keys.fence.as_str()];
         keys.extend(readers);
         bytes.extend_from_slice(&packed(
@@ -607,9 +638,10 @@ pub(crate) fn force_release(keys: &Keys, tag: &[u8], sharded: bool) -> (Arc<[u8]
 /// takes back its wait (the intent key, while it holds `call`), then the
 /// announcement that wakes the readers it kept waiting (`SPUBLISH` with
 /// `sharded`): two commands.
-pub(crate) fn rw_withdraw(keys: &Keys, rw: &RwKeys, sharded: bool) -> (Arc<[u8]>, usize) {
+pub(crate) fn rw_withdraw(keys: &Keys, rw: &RwCall, sharded: bool) -> (Arc<[u8]>, usize) {
     let mut pipe = redis::pipe();
-    pipe.add_command(eval(&RW_WITHDRAW, &[&rw.intent], &[rw.call.as_bytes()]));
+    let intent = &rw.keys.intent;
+    pipe.add_command(eval(&RW_WITHDRAW, &[intent], &[rw.call.as_bytes()]));
     pipe.cmd(announce_command(sharded))
         .arg(&keys.channel)
         .arg("1");
@@ -657,6 +689,60 @@ mod tests {
     fn the_raise_script_uses_the_same_bound() {
         let line = format!("local MAX_AHEAD = {MAX_AHEAD_MICROS}\n");
         assert!(FENCE_RAISE_SOURCE.contains(&line), "{line}");
+    }
+
+    /// Whether `packed` runs `script` (by its hash).
+    fn runs(packed: &[u8], script: &Script) -> bool {
+        let hash = script.get_hash().as_bytes();
+        packed.windows(hash.len()).any(|w| w == hash)
+    }
+
+    #[test]
+    fn each_kind_is_packed_with_its_own_scripts() {
+        let (ttl, idle) = (Duration::from_secs(10), Duration::from_secs(30));
+        let until = std::time::Instant::now() + ttl;
+        let fair = FairQueue::new("p:", "f", Duration::from_secs(1));
+        let kinds = [
+            (Target::one("p:", "a").unwrap(), &*ACQUIRE, &*EXTEND),
+            (Target::all("p:", &["a", "b"]).unwrap(), &ACQUIRE, &EXTEND),
+            (Target::permit("p:", "s", 1), &ACQUIRE, &EXTEND),
+            (
+                Target::counted_permit("p:", "s", 1, 3, idle),
+                &PERMIT_ACQUIRE,
+                &PERMIT_EXTEND,
+            ),
+            (
+                Target::rw("p:", "w", Access::Read).unwrap(),
+                &RW_ACQUIRE,
+                &RW_EXTEND,
+            ),
+            (
+                Target::rw("p:", "w", Access::Write { wait_until: until }).unwrap(),
+                &RW_ACQUIRE,
+                &RW_EXTEND,
+            ),
+            (
+                Target::fair("p:", "f", fair).unwrap(),
+                &FAIR_ACQUIRE,
+                &EXTEND,
+            ),
+        ];
+        for (target, acquire_script, extend_script) in kinds {
+            let kind = &target.kind;
+            assert!(
+                runs(&acquire(&target, "v", ttl, idle, 1), acquire_script),
+                "{kind:?}"
+            );
+            assert!(runs(&extend(&target, "v", ttl), extend_script), "{kind:?}");
+            let release_script = match kind {
+                Kind::Rw(_) => &*RW_RELEASE,
+                _ => &*RELEASE,
+            };
+            assert!(
+                runs(&release(&target, "v", ttl), release_script),
+                "{kind:?}"
+            );
+        }
     }
 
     #[test]
