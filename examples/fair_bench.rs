@@ -228,9 +228,9 @@ fn contended(
                     for _ in 0..rounds {
                         let asked = Instant::now();
                         let guard = if fair {
-                            queue.lock_with(options.clone())
+                            queue.lock_with(options)
                         } else {
-                            locks.lock_with(&name, options.clone())
+                            locks.lock_with(&name, options)
                         }
                         .expect("contended lock");
                         let ms = asked.elapsed().as_secs_f64() * 1e3;
@@ -275,7 +275,8 @@ fn at_callers(servers: &RedisServers, shape: (usize, usize, Duration), repeats: 
         "{callers} callers, {rounds} grants each, hold {} ms, x {repeats}:",
         hold.as_millis()
     );
-    let figures: [(&str, &str, fn(&Contended) -> f64); 3] = [
+    type Figure = (&'static str, &'static str, fn(&Contended) -> f64);
+    let figures: [Figure; 3] = [
         ("lock p50       ", "ms", |c| c.p50_ms),
         ("servers' CPU/op", "us", |c| c.cpu_us),
         ("grants/s       ", "  ", |c| c.grants_per_sec),
