@@ -32,6 +32,16 @@ in both. It judges two rules:
    other (kv-reader-refused when only newer readers had begun); the final
    value is the count. A write whose answer was lost (`accepted` null)
    makes the key's counts unknowable: only the refusal rule is judged.
+4. The fair lock's order (`fair_call` events): a grant (the call's end)
+   is out of order when another call on the resource was waiting, live,
+   with its entry on a quorum of queues before the granted call took its
+   place: it joined before the granted call's join began and with a lower
+   ticket, or, for a call granted in its first round (no ticket), before
+   that call began. Live: from its join to its call's end, or to its pause
+   (the client-pause nemesis stops a waiter's heartbeats: dead from then).
+   A fault other than a client pause that was active between the waiter's
+   join and the grant, or healed less than 2 s (a heartbeat TTL and a
+   second) before the join, explains it: counted, not a violation.
 
     python3 .ci/judge.py target/nemesis/redis-7.0/history.jsonl
     python3 .ci/judge.py --self-test
@@ -244,6 +254,61 @@ def fenced_kv(events, problems):
                 f"kv-final on {key}: the key holds {finals[key]}, {len(sets)} writes were accepted")
 
 
+FAIR_EXCUSE_AFTER = 2.0
+
+
+def fair_order(events, problems):
+    """Grants past a live waiter ahead of them (rule 4); returns the
+    counts (grants, out of order, explained)."""
+    windows = [(need(f, "start", float, f["_line"]), need(f, "end", float, f["_line"]))
+               for f in events["fault"] if f.get("nemesis") != "client-pause"]
+    calls = defaultdict(list)
+    for c in events["fair_call"]:
+        n = c["_line"]
+        ticket = c.get("ticket")
+        paused = c.get("paused")
+        end = need(c, "end", float, n)
+        calls[need(c, "resource", str, n)].append({
+            "client": need(c, "client", int, n),
+            "start": need(c, "start", float, n),
+            "end": end,
+            "granted": need(c, "outcome", str, n) == "granted",
+            "ticket": None if ticket is None else need(c, "ticket", int, n),
+            "began": None if ticket is None else need(c, "join_start", float, n),
+            "joined": None if ticket is None else need(c, "joined", float, n),
+            "dead": end if not paused else min(end, float(paused[0])),
+        })
+    grants = late = explained = 0
+    for resource, group in sorted(calls.items()):
+        waiters = sorted((w for w in group if w["ticket"] is not None),
+                         key=lambda w: w["joined"])
+        for g in group:
+            if not g["granted"]:
+                continue
+            grants += 1
+            at = g["end"]
+            took_place = g["start"] if g["ticket"] is None else g["began"]
+            passed = [w for w in waiters
+                      if w is not g and w["joined"] < took_place and w["joined"] <= at < w["dead"]
+                      and (g["ticket"] is None or w["ticket"] < g["ticket"])]
+            if not passed:
+                continue
+            unexplained = [w for w in passed
+                           if not any(s <= at and w["joined"] <= e + FAIR_EXCUSE_AFTER
+                                      for s, e in windows)]
+            if not unexplained:
+                explained += 1
+                continue
+            late += 1
+            w = unexplained[0]
+            mine = "no ticket" if g["ticket"] is None else f"ticket {g['ticket']}"
+            problems.append(
+                f"fair-out-of-order on {resource}: client {g['client']} ({mine}) was granted at "
+                f"{at:.3f} s while client {w['client']} (ticket {w['ticket']}, joined at "
+                f"{w['joined']:.3f} s) waited, live, until {w['dead']:.3f} s")
+    return grants, late, explained
+
+
 def judge(lines):
     """Every violation found, as text; raises Malformed."""
     events = load(lines)
@@ -252,6 +317,7 @@ def judge(lines):
         fenced_mutex(resource, holds, problems)
     fenced_store(events, problems)
     fenced_kv(events, problems)
+    events["_fair"] = fair_order(events, problems)
     return events, problems
 
 
@@ -270,6 +336,11 @@ def main(path):
         f"{len(events['act'])} acts, {len(events['read'])} reads, {len(events['kv'])} fenced "
         f"kv ops: {len(problems)} violations"
     )
+    grants, late, explained = events["_fair"]
+    if grants:
+        share = (grants - late - explained) / grants
+        print(f"judge: fair lock: {grants} grants, {late} out of order, {explained} out of order "
+              f"explained by a fault, {share:.4f} in order")
     for p in problems[:SHOWN]:
         print(f"VIOLATION {p}")
     return 1 if problems else 0
@@ -294,6 +365,12 @@ def self_test():
 
     def shared(token, accepted, value, start):
         return kv("get_shared", token, accepted, value, start, "doc")
+
+    def fair(client, start, end, ticket=None, joined=None, outcome="granted", paused=None):
+        return {"type": "fair_call", "client": client, "resource": "reg-1", "start": start,
+                "end": end, "ticket": ticket,
+                "join_start": None if ticket is None else start + 0.001,
+                "joined": joined, "outcome": outcome, "token": None, "paused": paused}
 
     clean = [
         run,
@@ -323,6 +400,16 @@ def self_test():
         shared(5, False, 0, 0.2), shared(8, True, 1, 0.3),
         kv("set", 7, False, 2, 0.4, "doc"),
         {"type": "kv_final", "key": "doc", "value": 1},
+        # The fair lock: ticket 1 then 2 in order; ticket 3 was paused (dead)
+        # when ticket 4 passed it; ticket 6 passed ticket 5 while a fault
+        # was on (explained: the self-test checks it is found without).
+        fair(0, 0.0, 1.0, 1, 0.1), fair(1, 0.2, 2.0, 2, 0.3), fair(2, 0.0, 0.05),
+        fair(0, 3.0, 6.0, 3, 3.1, "skipped", [3.1, 4.6]), fair(1, 3.2, 4.2, 4, 3.3),
+        fair(2, 7.0, 9.0, 5, 7.1), fair(0, 7.2, 8.0, 6, 7.3),
+        {"type": "fault", "nemesis": "pause", "instances": [0, 1, 2], "start": 7.5,
+         "end": 7.9},
+        {"type": "fault", "nemesis": "client-pause", "instances": [], "start": 0.0,
+         "end": 0.0},
     ]
     planted = {
         "token-regression": [hold(3, "reg-0", 30, 0.8, 0.9)],
@@ -344,11 +431,20 @@ def self_test():
         "kv-reader-refused": [shared(4, False, 0, 0.05)],
         "kv-refused-wrongly ": [shared(9, False, 1, 0.5)],
         "kv-stale-read ": [shared(9, True, 0, 0.5)],
+        # Ticket 11 passes ticket 10, live; a first-round grant passes it.
+        "fair-out-of-order": [fair(0, 10.0, 12.0, 10, 10.1), fair(1, 10.2, 11.0, 11, 10.3)],
+        "fair-out-of-order ": [fair(0, 10.0, 12.0, 10, 10.1), fair(1, 10.5, 10.6)],
     }
     failures = []
-    _, found = judge(json.dumps(e) for e in clean)
+    events, found = judge(json.dumps(e) for e in clean)
     if found:
         failures.append(f"the clean history: {found}")
+    if events["_fair"] != (6, 0, 1):
+        failures.append(f"fair counts {events['_fair']}, not 6 grants, 0 late, 1 explained")
+    unexplained = [e for e in clean if e.get("nemesis") != "pause"]
+    _, found = judge(json.dumps(e) for e in unexplained)
+    if not any(p.startswith("fair-out-of-order ") for p in found):
+        failures.append(f"fair-out-of-order without its fault not found: {found}")
     for name, extra in planted.items():
         # A later event replaces an earlier counter of the same resource.
         events = clean + extra

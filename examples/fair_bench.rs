@@ -18,8 +18,14 @@
 //! 3. **Hand-over** — 8 waiters each take the fair lock 10 times and hold
 //!    it 5 ms: each grant's wait after the previous holder's release (p50,
 //!    max), and whether every grant came in ticket order of its round.
+//! 4. **At 16 callers** — `FAIR_CALLERS` (default 16) threads, each with
+//!    its own client, take one lock `FAIR_ROUNDS` (default 20) times each
+//!    and hold it `FAIR_HOLD_MS` (default 2 ms), plain and fair in turn,
+//!    `FAIR_REPEATS` repeats: the median of the lock calls' p50 (a call
+//!    waits for the callers ahead of it), the servers' CPU per grant, and
+//!    the grants per second, fair ÷ plain.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -187,6 +193,103 @@ fn hand_over(servers: &RedisServers) -> (f64, f64) {
     (median(waits), max)
 }
 
+/// What one contended phase measured.
+struct Contended {
+    /// The lock calls' p50, in ms.
+    p50_ms: f64,
+    /// The servers' CPU per grant, in µs.
+    cpu_us: f64,
+    grants_per_sec: f64,
+}
+
+/// `callers` threads, each with its own client, take the lock `name`
+/// `rounds` times each (plain or fair, waiting up to a minute) and hold it
+/// `hold`: every lock call's time, the servers' CPU and the wall time from
+/// the common start to the last release.
+fn contended(
+    servers: &RedisServers,
+    (callers, rounds, hold): (usize, usize, Duration),
+    fair: bool,
+    name: &str,
+) -> Contended {
+    let start = Arc::new(Barrier::new(callers + 1));
+    let took = Arc::new(Mutex::new(Vec::with_capacity(callers * rounds)));
+    let handles: Vec<_> = (0..callers)
+        .map(|i| {
+            let (urls, name) = (servers.urls(), name.to_string());
+            let (start, took) = (Arc::clone(&start), Arc::clone(&took));
+            thread::Builder::new()
+                .name(format!("caller-{i}"))
+                .spawn(move || {
+                    let locks = Redlock::new(urls).expect("client");
+                    let options = LockOptions::new().wait(Duration::from_secs(60));
+                    let queue = locks.fair_lock(&name);
+                    start.wait();
+                    for _ in 0..rounds {
+                        let asked = Instant::now();
+                        let guard = if fair {
+                            queue.lock_with(options)
+                        } else {
+                            locks.lock_with(&name, options)
+                        }
+                        .expect("contended lock");
+                        let ms = asked.elapsed().as_secs_f64() * 1e3;
+                        took.lock().unwrap().push(ms);
+                        thread::sleep(hold);
+                        guard.release().expect("release");
+                    }
+                })
+                .expect("thread")
+        })
+        .collect();
+    let cpu = servers_cpu(servers);
+    start.wait();
+    let began = Instant::now();
+    for h in handles {
+        h.join().expect("caller");
+    }
+    let secs = began.elapsed().as_secs_f64();
+    let cpu = servers_cpu(servers) - cpu;
+    let took = took.lock().unwrap().clone();
+    let grants = took.len() as f64;
+    Contended {
+        p50_ms: median(took),
+        cpu_us: cpu * 1e6 / grants,
+        grants_per_sec: grants / secs,
+    }
+}
+
+/// Plain and fair in turn, `repeats` times: each figure's median.
+fn at_callers(servers: &RedisServers, shape: (usize, usize, Duration), repeats: usize) {
+    let mut runs: [Vec<Contended>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..repeats {
+        for (k, fair) in [false, true].into_iter().enumerate() {
+            let kind = if fair { "fair" } else { "plain" };
+            let name = format!("callers-{kind}-{round}");
+            runs[k].push(contended(servers, shape, fair, &name));
+        }
+    }
+    let med = |k: usize, f: fn(&Contended) -> f64| median(runs[k].iter().map(f).collect());
+    let (callers, rounds, hold) = shape;
+    println!(
+        "{callers} callers, {rounds} grants each, hold {} ms, x {repeats}:",
+        hold.as_millis()
+    );
+    type Figure = (&'static str, &'static str, fn(&Contended) -> f64);
+    let figures: [Figure; 3] = [
+        ("lock p50       ", "ms", |c| c.p50_ms),
+        ("servers' CPU/op", "us", |c| c.cpu_us),
+        ("grants/s       ", "  ", |c| c.grants_per_sec),
+    ];
+    for (what, unit, f) in figures {
+        let (plain, fair) = (med(0, f), med(1, f));
+        println!(
+            "  {what} plain {plain:7.1} {unit}   fair {fair:7.1} {unit}   fair/plain {:.3}",
+            fair / plain
+        );
+    }
+}
+
 fn main() {
     let instances = env_or("FAIR_INSTANCES", 3usize);
     let ops = env_or("FAIR_OPS", 2000usize);
@@ -222,4 +325,8 @@ fn main() {
     }
     let (p50, max) = hand_over(&servers);
     println!("hand-over, 8 waiters: wait after the release p50 {p50:.2} ms, max {max:.2} ms");
+    let callers = env_or("FAIR_CALLERS", 16usize);
+    let rounds = env_or("FAIR_ROUNDS", 20usize);
+    let hold = Duration::from_millis(env_or("FAIR_HOLD_MS", 2u64));
+    at_callers(&servers, (callers, rounds, hold), repeats);
 }

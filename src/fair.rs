@@ -74,6 +74,8 @@ impl Redlock {
             client: self.clone(),
             name: name.to_string(),
             heartbeat: FAIR_HEARTBEAT,
+            #[cfg(feature = "testing")]
+            observer: None,
         }
     }
 }
@@ -85,7 +87,33 @@ pub struct FairLock {
     client: Redlock,
     name: String,
     heartbeat: Duration,
+    /// Told of each call's join (the `testing` feature's hook).
+    #[cfg(feature = "testing")]
+    observer: Option<JoinObserver>,
 }
+
+/// A call of a fair lock joined the queues: its ticket, when its join
+/// began and when a quorum of queues had it. Reported, with the
+/// `testing` feature, to the observer [`FairLock::observed`] sets, so that
+/// a test or a bench can judge the order of grants against the tickets.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FairJoin {
+    /// The call's place: below every ticket of a call that joins after.
+    pub ticket: u64,
+    /// Its first join round began.
+    pub started: Instant,
+    /// A quorum of queues had it.
+    pub joined: Instant,
+}
+
+/// What [`FairLock::observed`] calls: on the calling thread, inside the
+/// lock call, right after the join and before the first queued attempt
+/// (an observer that sleeps is a waiter whose process paused there).
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub type JoinObserver = Arc<dyn Fn(FairJoin) + Send + Sync>;
 
 impl std::fmt::Debug for FairLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -118,6 +146,25 @@ impl FairLock {
     /// ```
     pub fn heartbeat(mut self, ttl: Duration) -> FairLock {
         self.heartbeat = ttl;
+        self
+    }
+
+    /// This handle with `observer` told of each call's join (its ticket
+    /// and times), with the `testing` feature: the nemesis bench judges
+    /// the order of grants by it. Not part of the stable API.
+    ///
+    /// ```no_run
+    /// # let locks = redfence::Redlock::new(["redis://127.0.0.1:7001"])?;
+    /// use std::sync::Arc;
+    /// let queue = locks
+    ///     .fair_lock("payouts")
+    ///     .observed(Arc::new(|join: redfence::FairJoin| println!("ticket {}", join.ticket)));
+    /// # Ok::<(), redfence::Error>(())
+    /// ```
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn observed(mut self, observer: JoinObserver) -> FairLock {
+        self.observer = Some(observer);
         self
     }
 
@@ -202,6 +249,9 @@ impl FairLock {
             last_release: None,
             queued: Arc::new(AtomicBool::new(false)),
             patient: true,
+            join_started: None,
+            #[cfg(feature = "testing")]
+            observer: self.observer.clone(),
         })
     }
 
@@ -237,6 +287,10 @@ struct FairStep {
     /// The call may wait (a `try_lock` takes the lock or nothing, and
     /// does not queue).
     patient: bool,
+    /// When its first join round began (what an observer is told).
+    join_started: Option<Instant>,
+    #[cfg(feature = "testing")]
+    observer: Option<JoinObserver>,
 }
 
 impl FairStep {
@@ -303,6 +357,7 @@ impl FairStep {
         let deadline = shared.round_deadline();
         self.queued.store(true, Ordering::Relaxed);
         self.joining = Some(ticket);
+        let started = *self.join_started.get_or_insert_with(Instant::now);
         let tally = shared
             .instances
             .round(&out, deadline, all_yes)
@@ -318,8 +373,25 @@ impl FairStep {
         if let Kind::Fair(queue) = &mut self.target.kind {
             queue.ticket_round = false;
         }
+        self.joined(ticket, started);
         Ok(())
     }
+
+    /// Tells the observer, if any, of the join (the `testing` feature).
+    #[cfg(feature = "testing")]
+    fn joined(&self, ticket: u64, started: Instant) {
+        if let Some(observer) = &self.observer {
+            let joined = Instant::now();
+            observer(FairJoin {
+                ticket,
+                started,
+                joined,
+            });
+        }
+    }
+
+    #[cfg(not(feature = "testing"))]
+    fn joined(&self, _ticket: u64, _started: Instant) {}
 
     /// An attempt of a queued waiter, its heartbeat too. Gone from a
     /// quorum of queues, the call lost its place; gone from fewer (a grant

@@ -205,6 +205,9 @@ pub use client::Redlock;
 pub use doctor::{DoctorReport, Finding, InstanceReport, Severity, Verdict};
 pub use election::{Election, LeaderEvent, LeaderInfo, Leadership};
 pub use error::{Error, InstanceError, InstanceErrorKind, LossReason};
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use fair::{FairJoin, JoinObserver};
 pub use fair::{FairLock, FAIR_HEARTBEAT, MAX_FAIR_HEARTBEAT, MIN_FAIR_HEARTBEAT};
 pub use fenced::{fenced_get, fenced_get_shared, fenced_set};
 pub use guard::{LockGuard, MultiGuard, Permit, ReadGuard, WriteGuard};

@@ -135,6 +135,8 @@ pub struct Verdict {
     pub clock_checks: u64,
     pub clock_checks_stepped: u64,
     pub clock_violations: u64,
+    /// The fair lock's order (`order.rs`).
+    pub fair: crate::order::Order,
     pub violations: Vec<Violation>,
 }
 
@@ -179,6 +181,7 @@ pub fn check(rec: &Record) -> Verdict {
     cancels(rec, &mut v);
     crate::checks::kv(rec, &mut v);
     crate::checks::clocks(rec, &mut v);
+    crate::order::fair(rec, &mut v);
     v
 }
 

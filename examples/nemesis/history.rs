@@ -108,6 +108,75 @@ pub struct Call {
     pub cancelled: Option<Instant>,
 }
 
+/// How a fair lock call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FairOutcome {
+    /// It returned a guard (its hold is recorded too).
+    Granted,
+    /// `Skipped`: it was dropped from the queue for a late heartbeat.
+    Skipped,
+    /// `Contended`: its wait ran out (or a `try_lock` found a holder or a
+    /// queue).
+    Contended,
+    Cancelled,
+    Unavailable,
+    Other,
+}
+
+impl FairOutcome {
+    pub const ALL: [FairOutcome; 6] = [
+        FairOutcome::Granted,
+        FairOutcome::Skipped,
+        FairOutcome::Contended,
+        FairOutcome::Cancelled,
+        FairOutcome::Unavailable,
+        FairOutcome::Other,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FairOutcome::Granted => "granted",
+            FairOutcome::Skipped => "skipped",
+            FairOutcome::Contended => "contended",
+            FairOutcome::Cancelled => "cancelled",
+            FairOutcome::Unavailable => "unavailable",
+            FairOutcome::Other => "other",
+        }
+    }
+
+    pub fn of(result: &Result<(), &redfence::Error>) -> FairOutcome {
+        match result {
+            Ok(()) => FairOutcome::Granted,
+            Err(redfence::Error::Skipped { .. }) => FairOutcome::Skipped,
+            Err(redfence::Error::Contended { .. }) => FairOutcome::Contended,
+            Err(redfence::Error::Cancelled { .. }) => FairOutcome::Cancelled,
+            Err(redfence::Error::Unavailable { .. }) => FairOutcome::Unavailable,
+            Err(_) => FairOutcome::Other,
+        }
+    }
+}
+
+/// One fair lock call (the `fair` workload), with its place in line: what
+/// the order check judges.
+#[derive(Debug, Clone)]
+pub struct FairCall {
+    pub client: usize,
+    pub resource: String,
+    /// The call began, and returned (granted: the grant).
+    pub start: Instant,
+    pub end: Instant,
+    /// Its ticket, when its join began and when a quorum of queues had it:
+    /// `None` for a call granted in its first round, or that never joined
+    /// (a `try_lock`, a refusal short of a quorum).
+    pub join: Option<(u64, Instant, Instant)>,
+    pub outcome: FairOutcome,
+    /// The grant's token.
+    pub token: Option<u64>,
+    /// The client-pause nemesis paused it right after its join, from and
+    /// to: a dead waiter (its heartbeats stopped) for that long.
+    pub paused: Option<(Instant, Instant)>,
+}
+
 /// What an operator's `force_release` revoked, or found free: one record
 /// per lock, per semaphore slot, and per revoked writer or reader of a
 /// reader-writer lock (one call may make several, with its times).
@@ -320,6 +389,7 @@ pub struct History {
     pub unlocks: Mutex<Vec<Unlock>>,
     pub kv: Mutex<Vec<KvOp>>,
     pub clock_checks: Mutex<Vec<ClockCheck>>,
+    pub fair: Mutex<Vec<FairCall>>,
     /// Operations attempted, errors seen (by kind), refused writes.
     pub ops: Mutex<Counters>,
 }
@@ -337,6 +407,8 @@ pub struct Counters {
     /// higher token was accepted first).
     pub reads_refused: u64,
     pub stalls: u64,
+    /// Fair waiters the client-pause nemesis paused past their heartbeat.
+    pub waiter_pauses: u64,
     pub extends: u64,
     pub database_errors: u64,
     /// Lock calls cancelled in flight by another thread, and of those the
@@ -377,6 +449,7 @@ impl History {
             unlocks: Mutex::new(Vec::new()),
             kv: Mutex::new(Vec::new()),
             clock_checks: Mutex::new(Vec::new()),
+            fair: Mutex::new(Vec::new()),
             ops: Mutex::new(Counters::default()),
         }
     }

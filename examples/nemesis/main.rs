@@ -27,6 +27,7 @@ mod cluster;
 mod history;
 mod nemesis;
 mod ops;
+mod order;
 mod record;
 mod report;
 mod watcher;
@@ -324,11 +325,11 @@ fn exercise(
     workloads: &[Workload],
     until: Instant,
 ) {
-    let stalls = Stalls::default();
+    let stalls = std::sync::Arc::new(Stalls::default());
     let clocks = Clocks::new(cluster.len());
     let ctx = workloads::Ctx {
         history,
-        stalls: &stalls,
+        stalls: std::sync::Arc::clone(&stalls),
         urls: cluster.urls(),
         pg_url: pg_url.to_string(),
         unfenced: args.unfenced,
@@ -442,6 +443,7 @@ fn summarise(results: &serde_json::Value) {
         "writes_refused",
         "reads_refused",
         "stalls",
+        "waiter_pauses",
         "faults",
         "lost_updates",
         "stale_writes_accepted",
@@ -478,6 +480,14 @@ fn summarise(results: &serde_json::Value) {
         "clock_checks_skipped",
         "clock_checks_stepped",
         "clock_violations",
+        "fair_grants",
+        "fair_contested",
+        "fair_out_of_order",
+        "fair_out_of_order_excused",
+        "fair_in_order_share",
+        "fair_dead_waiters",
+        "fair_dead_heads",
+        "fair_longest_dead_wait_ms",
         "probes",
     ];
     for k in keys.iter().filter(|k| !results[**k].is_null()) {

@@ -79,21 +79,35 @@ impl Nemesis {
 }
 
 /// Stalls the client-pause nemesis asks for: each is taken by the next
-/// holder that checks (see `workloads.rs`).
+/// holder that checks, and (the `fair` workload) the pause of the next
+/// fair waiter to join the queues (see `workloads.rs`).
 #[derive(Default)]
-pub struct Stalls(AtomicUsize);
+pub struct Stalls {
+    holders: AtomicUsize,
+    waiters: AtomicUsize,
+}
 
 impl Stalls {
     pub fn request(&self) {
-        self.0.fetch_add(1, Ordering::SeqCst);
+        self.holders.fetch_add(1, Ordering::SeqCst);
+        self.waiters.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// Takes one requested stall, if any.
+    /// Takes one requested stall of a holder, if any.
     pub fn take(&self) -> bool {
-        self.0
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
+        take_one(&self.holders)
     }
+
+    /// Takes one requested pause of a fair waiter, if any.
+    pub fn take_waiter(&self) -> bool {
+        take_one(&self.waiters)
+    }
+}
+
+fn take_one(count: &AtomicUsize) -> bool {
+    count
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
 }
 
 /// The clock offset the clock nemesis has applied to each instance, as the
@@ -253,7 +267,9 @@ impl Schedule<'_> {
             Nemesis::Clock => self.clock(),
             Nemesis::ClientPause => {
                 self.stalls.request();
-                (Vec::new(), "the next holder stalls past its lease".into())
+                let what = "the next holder stalls past its lease (fair: and the next waiter to \
+                            join pauses past its heartbeat)";
+                (Vec::new(), what.into())
             }
         }
     }

@@ -12,7 +12,7 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 
 use crate::args::Workload;
-use crate::history::{EffectKind, History, KvKind, Mode, UnlockOutcome, UnlockRole};
+use crate::history::{EffectKind, FairOutcome, History, KvKind, Mode, UnlockOutcome, UnlockRole};
 use crate::nemesis::Nemesis;
 
 /// Bumped when a line's meaning changes; `--check` refuses another.
@@ -102,6 +102,21 @@ pub struct ClockCheck {
     pub doctor: Vec<String>,
 }
 
+/// A fair lock call (`history::FairCall`), in seconds.
+#[derive(Debug, Clone)]
+pub struct FairCall {
+    pub client: usize,
+    pub resource: String,
+    pub start: f64,
+    pub end: f64,
+    /// (ticket, join began, a quorum of queues had it).
+    pub join: Option<(u64, f64, f64)>,
+    pub outcome: FairOutcome,
+    pub token: Option<u64>,
+    /// Paused by the client-pause nemesis after its join: from, to.
+    pub paused: Option<(f64, f64)>,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Effect {
     /// Keys lost: all, or those written after `since` (a rollback).
@@ -175,6 +190,7 @@ pub struct Record {
     pub unlocks: Vec<Unlock>,
     pub kv: Vec<KvOp>,
     pub clock_checks: Vec<ClockCheck>,
+    pub fair: Vec<FairCall>,
     pub stored: Stored,
 }
 
@@ -274,6 +290,7 @@ impl Record {
             })
             .collect();
         let (unlocks, kv, clock_checks) = operations(history);
+        let fair = fair_calls(history);
         Record {
             meta,
             holds,
@@ -284,6 +301,7 @@ impl Record {
             unlocks,
             kv,
             clock_checks,
+            fair,
             stored,
         }
     }
@@ -351,6 +369,9 @@ impl Record {
                 "type": "clock_check", "client": c.client, "start": c.start, "end": c.end,
                 "applied_ms": c.applied_ms, "offsets": offsets, "doctor": c.doctor,
             }));
+        }
+        for f in &self.fair {
+            line(fair_json(f));
         }
     }
 
@@ -445,6 +466,7 @@ impl Record {
             "unlock" => self.unlocks.push(parse_unlock(o)?),
             "kv" => self.kv.push(parse_kv(o)?),
             "clock_check" => self.clock_checks.push(parse_clock_check(o)?),
+            "fair_call" => self.fair.push(parse_fair(o)?),
             _ => self.add_stored(kind, o)?,
         }
         Ok(())
@@ -813,5 +835,70 @@ fn parse_clock_check(o: &Map<String, Value>) -> Result<ClockCheck, String> {
         applied_ms,
         offsets,
         doctor,
+    })
+}
+
+fn fair_calls(history: &History) -> Vec<FairCall> {
+    let s = |at: Instant| history.secs(at);
+    history
+        .fair
+        .lock()
+        .iter()
+        .map(|f| FairCall {
+            client: f.client,
+            resource: f.resource.clone(),
+            start: s(f.start),
+            end: s(f.end),
+            join: f.join.map(|(t, began, joined)| (t, s(began), s(joined))),
+            outcome: f.outcome,
+            token: f.token,
+            paused: f.paused.map(|(from, to)| (s(from), s(to))),
+        })
+        .collect()
+}
+
+fn fair_json(f: &FairCall) -> Value {
+    json!({
+        "type": "fair_call", "client": f.client, "resource": f.resource,
+        "start": f.start, "end": f.end,
+        "ticket": f.join.map(|j| j.0), "join_start": f.join.map(|j| j.1),
+        "joined": f.join.map(|j| j.2), "outcome": f.outcome.name(), "token": f.token,
+        "paused": f.paused.map(|(from, to)| json!([from, to])),
+    })
+}
+
+fn parse_fair(o: &Map<String, Value>) -> Result<FairCall, String> {
+    let join = match o.get("ticket").filter(|t| !t.is_null()) {
+        None => None,
+        Some(_) => Some((
+            uint(o, "ticket")?,
+            secs(o, "join_start")?,
+            secs(o, "joined")?,
+        )),
+    };
+    let outcome = text_of(o, "outcome")?;
+    let outcome = FairOutcome::ALL
+        .into_iter()
+        .find(|k| k.name() == outcome)
+        .ok_or_else(|| format!("unknown outcome {outcome:?}"))?;
+    let paused = match o.get("paused").filter(|p| !p.is_null()) {
+        None => None,
+        Some(p) => match p.as_array().map(Vec::as_slice) {
+            Some([from, to]) => match (from.as_f64(), to.as_f64()) {
+                (Some(from), Some(to)) => Some((from, to)),
+                _ => return Err("\"paused\" is not two times".into()),
+            },
+            _ => return Err("\"paused\" is not two times".into()),
+        },
+    };
+    Ok(FairCall {
+        client: uint(o, "client")? as usize,
+        resource: text_of(o, "resource")?,
+        start: secs(o, "start")?,
+        end: secs(o, "end")?,
+        join,
+        outcome,
+        token: o.get("token").and_then(Value::as_u64),
+        paused,
     })
 }

@@ -63,6 +63,7 @@ pub fn results(info: &RunInfo<'_>, history: &History, verdict: &Verdict) -> Valu
         "other_errors": counters.other_errors,
         "extends": counters.extends,
         "stalls": counters.stalls,
+        "waiter_pauses": counters.waiter_pauses,
         "writes_refused": counters.writes_refused,
         "reads_refused": counters.reads_refused,
         "lost_before_write": counters.lost_before_write,
@@ -90,6 +91,25 @@ pub fn results(info: &RunInfo<'_>, history: &History, verdict: &Verdict) -> Valu
 /// The checker's counts, its excuses by reason and instance (`{"restart":
 /// {"2": 3}}`), and every violation.
 pub fn verdict_json(verdict: &Verdict) -> Value {
+    let mut out = counts_json(verdict);
+    let fair = &verdict.fair;
+    let order = json!({
+        "fair_grants": fair.grants,
+        "fair_contested": fair.contested,
+        "fair_out_of_order": fair.out_of_order,
+        "fair_out_of_order_excused": fair.out_of_order_excused,
+        "fair_in_order_share": fair.in_order_share(),
+        "fair_dead_waiters": fair.dead_waiters,
+        "fair_dead_heads": fair.dead_heads,
+        "fair_longest_dead_wait_ms": fair.longest_dead_wait_ms.map(round3),
+    });
+    if let (Some(all), Value::Object(order)) = (out.as_object_mut(), order) {
+        all.extend(order);
+    }
+    out
+}
+
+fn counts_json(verdict: &Verdict) -> Value {
     let violations: Vec<Value> = verdict
         .violations
         .iter()

@@ -36,6 +36,7 @@
 //! per workload, that is enough callers to fill the permits, and readers
 //! to share.
 
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -44,12 +45,12 @@ use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
 use redfence::{
-    crossbeam_channel, sql, Cancel, Election, Error, FencingToken, Leadership, LockGuard,
-    LockOptions, MultiGuard, Permit, ReadGuard, Redlock, WriteGuard,
+    crossbeam_channel, sql, Cancel, Election, Error, FairJoin, FencingToken, JoinObserver,
+    Leadership, LockGuard, LockOptions, MultiGuard, Permit, ReadGuard, Redlock, WriteGuard,
 };
 
 use crate::args::Workload;
-use crate::history::{Call, Claim, History, Hold, Mode, Run};
+use crate::history::{Call, Claim, FairCall, FairOutcome, History, Hold, Mode, Run};
 use crate::nemesis::{Clocks, Stalls};
 use crate::{
     slot_resource, ELECTION, ELECTION_LEASE, EXTEND_MAX, INSTANCE_TIMEOUT, PERMITS, REGISTERS,
@@ -59,13 +60,19 @@ use crate::{
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// How long the client-pause nemesis pauses a fair waiter after its
+/// join: past the heartbeat TTL (`redfence::FAIR_HEARTBEAT`), so that it
+/// is dropped and told so, and short of the call's wait.
+pub const WAITER_PAUSE: Duration = Duration::from_millis(1500);
+
 /// The share of `rw` (and `fenced-rw`) operations that write.
 pub const RW_WRITES: f64 = 0.35;
 
 /// What every client shares.
 pub struct Ctx<'a> {
     pub history: &'a History,
-    pub stalls: &'a Stalls,
+    /// Shared with the fair lock's join observer, which outlives a borrow.
+    pub stalls: Arc<Stalls>,
     pub urls: Vec<String>,
     pub pg_url: String,
     pub unfenced: bool,
@@ -437,14 +444,7 @@ impl Worker<'_> {
 
     fn take_one(&self, one: &str, options: LockOptions, form: Form) -> Result<LockGuard, Error> {
         if self.workload == Workload::Fair {
-            let fair = self.locks.fair_lock(one);
-            return match form {
-                Form::With => fair.lock_with(options),
-                Form::Plain => fair.lock(),
-                Form::Try => fair.try_lock(),
-                Form::For(wait) => fair.try_lock_for(wait),
-                Form::Until(at) => fair.try_lock_until(at),
-            };
+            return self.take_fair(one, options, form);
         }
         match form {
             Form::With => self.locks.lock_with(one, options),
@@ -453,6 +453,50 @@ impl Worker<'_> {
             Form::For(wait) => self.locks.try_lock_for(one, wait),
             Form::Until(at) => self.locks.try_lock_until(one, at),
         }
+    }
+
+    /// A fair lock call, recorded with its place in line (`FairCall`).
+    /// When the client-pause nemesis asks, the call pauses right after its
+    /// join, past its heartbeat TTL: a waiter whose process stopped, which
+    /// the waiters behind it must wait out.
+    fn take_fair(&self, one: &str, options: LockOptions, form: Form) -> Result<LockGuard, Error> {
+        type Seen = Option<(FairJoin, Option<(Instant, Instant)>)>;
+        let seen: Arc<parking_lot::Mutex<Seen>> = Arc::default();
+        let (note, stalls) = (Arc::clone(&seen), Arc::clone(&self.ctx.stalls));
+        let observer: JoinObserver = Arc::new(move |join: FairJoin| {
+            let paused = stalls.take_waiter().then(|| {
+                let from = Instant::now();
+                thread::sleep(WAITER_PAUSE);
+                (from, Instant::now())
+            });
+            *note.lock() = Some((join, paused));
+        });
+        let fair = self.locks.fair_lock(one).observed(observer);
+        let start = Instant::now();
+        let result = match form {
+            Form::With => fair.lock_with(options),
+            Form::Plain => fair.lock(),
+            Form::Try => fair.try_lock(),
+            Form::For(wait) => fair.try_lock_for(wait),
+            Form::Until(at) => fair.try_lock_until(at),
+        };
+        let end = Instant::now();
+        let seen = seen.lock().take();
+        let paused = seen.and_then(|(_, p)| p);
+        if paused.is_some() {
+            self.ctx.history.count(|c| c.waiter_pauses += 1);
+        }
+        self.ctx.history.fair.lock().push(FairCall {
+            client: self.id,
+            resource: one.to_string(),
+            start,
+            end,
+            join: seen.map(|(j, _)| (j.ticket, j.started, j.joined)),
+            outcome: FairOutcome::of(&result.as_ref().map(|_| ())),
+            token: result.as_ref().ok().map(|g| g.token().get()),
+            paused,
+        });
+        result
     }
 
     /// One read-modify-write under the guard (a read: two reads); `Err`
