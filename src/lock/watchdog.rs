@@ -14,14 +14,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
-use std::thread::JoinHandle;
 use std::time::Duration;
-
-use parking_lot::{Condvar, Mutex};
 
 use crate::lock::lease::{try_begin_extend, Lease, Renewal};
 use crate::lock::moment::Moment;
 use crate::lock::shared::Shared;
+use crate::sync::thread::{self, JoinHandle};
+use crate::sync::{Condvar, Mutex};
 use crate::LossReason;
 
 /// Longest sleep when nothing is due; the stop signal wakes it earlier.
@@ -42,7 +41,7 @@ impl Watchdog {
         let runner = Runner {
             core: Arc::clone(&core),
         };
-        let handle = std::thread::Builder::new()
+        let handle = thread::Builder::new()
             .name("redfence-watchdog".to_string())
             .spawn(move || runner.run())?;
         Ok(Watchdog {
