@@ -485,6 +485,30 @@ m round-caller-checks-before-it-waits src/transport/round.rs "loom" \
             let _timed_out = self.decided.wait_until(&mut st, deadline).timed_out();
         }"
 
+m timer-filed-first-decided-after-insert src/lock/watchdog.rs "loom" \
+  "        let first = timers.next_due().is_none_or(|next| at < next);
+        timers.seq += 1;
+        let seq = timers.seq;
+        timers.due.insert((at, seq), entry);" \
+  "        timers.seq += 1;
+        let seq = timers.seq;
+        timers.due.insert((at, seq), entry);
+        let first = timers.next_due().is_none_or(|next| at < next);"
+
+m watchdog-stop-without-a-wake-up src/lock/watchdog.rs "loom" \
+  "        self.timers.lock().stopping = true;
+        self.changed.notify_all();" \
+  "        self.timers.lock().stopping = true;"
+
+m watchdog-sleeps-after-a-tick-without-looking src/lock/watchdog.rs "loom" \
+  "            tick(due);
+            timers = self.timers.lock();" \
+  "            tick(due);
+            timers = self.timers.lock();
+            if !timers.stopping {
+                self.changed.wait_for(&mut timers, IDLE);
+            }"
+
 # ---------------------------------------------------------------------------
 
 if [[ ${1:-} == --list ]]; then
