@@ -509,6 +509,31 @@ m watchdog-sleeps-after-a-tick-without-looking src/lock/watchdog.rs "loom" \
                 self.changed.wait_for(&mut timers, IDLE);
             }"
 
+m lease-listener-filed-after-a-second-look src/lock/lease.rs "loom" \
+  "        let mut st = self.state.lock();
+        match self.loss_locked(&mut st, Moment::now()) {
+            Some(LossReason::Released) => {}
+            Some(reason) => {
+                let _ = tx.send(reason);
+            }
+            None => st.listeners.push(tx),
+        }" \
+  "        let loss = self.loss_locked(&mut self.state.lock(), Moment::now());
+        match loss {
+            Some(LossReason::Released) => {}
+            Some(reason) => {
+                let _ = tx.send(reason);
+            }
+            None => self.state.lock().listeners.push(tx),
+        }"
+
+m lease-loss-wakes-no-waiter src/lock/lease.rs "loom" \
+  "            let _ = tx.try_send(reason);
+        }
+        self.changed.notify_all();" \
+  "            let _ = tx.try_send(reason);
+        }"
+
 # ---------------------------------------------------------------------------
 
 if [[ ${1:-} == --list ]]; then

@@ -1,7 +1,8 @@
 //! The locks, condition variables and atomics that the client's own
 //! threads share where they race: the release notifications' waiter
-//! registry (`transport/notify/`), a round's tally (`transport/round.rs`)
-//! and the watchdog's timer map (`lock/watchdog.rs`).
+//! registry (`transport/notify/`), a round's tally (`transport/round.rs`),
+//! the watchdog's timer map (`lock/watchdog.rs`) and the lease state
+//! (`lock/lease.rs`).
 //!
 //! A normal build gets parking_lot's and the standard library's types, as
 //! before. Built with `--cfg loom` (tests only, docs/testing.md), the same
@@ -18,7 +19,7 @@
 //! reported as a deadlock instead of running out a deadline).
 
 #[cfg(not(loom))]
-pub(crate) use parking_lot::{Condvar, Mutex};
+pub(crate) use parking_lot::{Condvar, Mutex, MutexGuard};
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 #[cfg(not(loom))]
@@ -29,12 +30,12 @@ pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 #[cfg(loom)]
 pub(crate) use loom::thread;
 #[cfg(loom)]
-pub(crate) use model::{Condvar, Mutex};
+pub(crate) use model::{Condvar, Mutex, MutexGuard};
 
 #[cfg(loom)]
 mod model {
     use std::ops::{Deref, DerefMut};
-    use std::sync::PoisonError;
+    use std::sync::{PoisonError, TryLockError};
     use std::time::{Duration, Instant};
 
     /// loom's mutex with parking_lot's `lock()` (a panic while it is held
@@ -52,6 +53,16 @@ mod model {
 
         pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
             MutexGuard(Some(self.0.lock().unwrap_or_else(PoisonError::into_inner)))
+        }
+
+        pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+            match self.0.try_lock() {
+                Ok(guard) => Some(MutexGuard(Some(guard))),
+                Err(TryLockError::Poisoned(poisoned)) => {
+                    Some(MutexGuard(Some(poisoned.into_inner())))
+                }
+                Err(TryLockError::WouldBlock) => None,
+            }
         }
     }
 
