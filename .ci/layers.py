@@ -30,7 +30,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 LAYERS = ["base", "protocol", "transport", "lock", "api"]
-BASE = {"error", "token", "options", "telemetry", "address", "cancel", "tls_error"}
+BASE = {"error", "token", "options", "telemetry", "address", "cancel", "tls_error", "sync"}
 SKIP = {"bin", "testing"}
 
 

@@ -18,9 +18,10 @@
 # (if the script is killed with SIGKILL: git checkout -- src lua).
 # Exit status: 0 when every mutant was caught, 1 otherwise.
 #
-# Needs python3 and redis-server (bash .ci/setup). Each mutant takes an
-# incremental build plus its test files: 10 to 60 s on two cores. Test output
-# of each run goes to target/mutants/NAME.log.
+# Needs python3 and redis-server (bash .ci/setup); the mutants whose test
+# files are "loom" run the `loom_checks` unit tests (.ci/loom.sh) instead.
+# Each mutant takes an incremental build plus its test files: 10 to 60 s on
+# two cores. Test output of each run goes to target/mutants/NAME.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -380,6 +381,159 @@ m watchdog-renews-by-the-asked-ttl src/lock/lease.rs "native" \
   'believed: self.believed(st, st.ttl),' \
   'believed: st.ttl,' valkey-9.1.2
 
+# --- the client's own threads: schedule exploration (.ci/loom.sh) ----------
+# Test files "loom": the `loom_checks` unit tests, built with --cfg loom.
+
+m leaving-call-takes-its-wake-ups-before-locking src/transport/notify/mod.rs "loom" \
+  "        let mut channels = self.registry.channels.lock();
+        // A wake-up this call did not use goes to the next in line (of each
+        // of its channels: it cannot tell which one announced it).
+        // (An observer's wake-ups are its own: the turn went elsewhere.)
+        // Each tagged one, a permit freed, goes to a call of its own.
+        let mut tags = std::mem::take(&mut *self.held.lock());
+        let mut lock_release = false;
+        if !self.observer {
+            for wake in self.wake.try_iter() {
+                match wake {
+                    Some(tag) => tags.push(tag),
+                    None => lock_release = true,
+                }
+            }
+        }
+" \
+  "        let mut tags = std::mem::take(&mut *self.held.lock());
+        let mut lock_release = false;
+        if !self.observer {
+            for wake in self.wake.try_iter() {
+                match wake {
+                    Some(tag) => tags.push(tag),
+                    None => lock_release = true,
+                }
+            }
+        }
+        let mut channels = self.registry.channels.lock();
+"
+
+m lock-release-wakes-every-waiter src/transport/notify/mod.rs "loom" \
+  "            if let Some(first) = waiters.iter().find(|w| !w.observer) {
+                let _ = first.wake.try_send(None);
+            }" \
+  "            for first in waiters.iter().filter(|w| !w.observer) {
+                let _ = first.wake.try_send(None);
+            }"
+
+m tag-delivery-read-before-the-registry-lock src/transport/notify/mod.rs "loom" \
+  "        let channels = self.channels.lock();
+        let Some(waiters) = channels.get(channel) else {
+            return;
+        };
+        if payload == UNTAGGED {
+            if let Some(first) = waiters.iter().find(|w| !w.observer) {
+                let _ = first.wake.try_send(None);
+            }
+        } else {
+            let earlier = self.delivered_to(channel, payload);
+" \
+  "        let earlier = self.delivered_to(channel, payload);
+        let channels = self.channels.lock();
+        let Some(waiters) = channels.get(channel) else {
+            return;
+        };
+        if payload == UNTAGGED {
+            if let Some(first) = waiters.iter().find(|w| !w.observer) {
+                let _ = first.wake.try_send(None);
+            }
+        } else {
+"
+
+m leaving-call-drops-queued-permit-releases src/transport/notify/mod.rs "loom" \
+  "        let mut tags = std::mem::take(&mut *self.held.lock());
+        let mut lock_release = false;
+        if !self.observer {
+            for wake in self.wake.try_iter() {
+                match wake {
+                    Some(tag) => tags.push(tag),
+                    None => lock_release = true,
+                }
+            }
+        }" \
+  "        let tags = std::mem::take(&mut *self.held.lock());
+        let mut lock_release = false;
+        if !self.observer {
+            for wake in self.wake.try_iter() {
+                if wake.is_none() {
+                    lock_release = true;
+                }
+            }
+        }"
+
+m round-notifies-only-when-all-answered src/transport/round.rs "loom" \
+  "        if everyone || (!was_decided && self.is_decided(&st.tally)) {" \
+  "        let _ = was_decided;
+        if everyone {"
+
+m round-caller-checks-before-it-waits src/transport/round.rs "loom" \
+  "        let mut st = self.state.lock();
+        while !done(self, &st) {
+            if self.decided.wait_until(&mut st, deadline).timed_out() {
+                break;
+            }
+        }" \
+  "        let already = done(self, &self.state.lock());
+        let mut st = self.state.lock();
+        if !already {
+            let _timed_out = self.decided.wait_until(&mut st, deadline).timed_out();
+        }"
+
+m timer-filed-first-decided-after-insert src/lock/watchdog.rs "loom" \
+  "        let first = timers.next_due().is_none_or(|next| at < next);
+        timers.seq += 1;
+        let seq = timers.seq;
+        timers.due.insert((at, seq), entry);" \
+  "        timers.seq += 1;
+        let seq = timers.seq;
+        timers.due.insert((at, seq), entry);
+        let first = timers.next_due().is_none_or(|next| at < next);"
+
+m watchdog-stop-without-a-wake-up src/lock/watchdog.rs "loom" \
+  "        self.timers.lock().stopping = true;
+        self.changed.notify_all();" \
+  "        self.timers.lock().stopping = true;"
+
+m watchdog-sleeps-after-a-tick-without-looking src/lock/watchdog.rs "loom" \
+  "            tick(due);
+            timers = self.timers.lock();" \
+  "            tick(due);
+            timers = self.timers.lock();
+            if !timers.stopping {
+                self.changed.wait_for(&mut timers, IDLE);
+            }"
+
+m lease-listener-filed-after-a-second-look src/lock/lease.rs "loom" \
+  "        let mut st = self.state.lock();
+        match self.loss_locked(&mut st, Moment::now()) {
+            Some(LossReason::Released) => {}
+            Some(reason) => {
+                let _ = tx.send(reason);
+            }
+            None => st.listeners.push(tx),
+        }" \
+  "        let loss = self.loss_locked(&mut self.state.lock(), Moment::now());
+        match loss {
+            Some(LossReason::Released) => {}
+            Some(reason) => {
+                let _ = tx.send(reason);
+            }
+            None => self.state.lock().listeners.push(tx),
+        }"
+
+m lease-loss-wakes-no-waiter src/lock/lease.rs "loom" \
+  "            let _ = tx.try_send(reason);
+        }
+        self.changed.notify_all();" \
+  "            let _ = tx.try_send(reason);
+        }"
+
 # ---------------------------------------------------------------------------
 
 if [[ ${1:-} == --list ]]; then
@@ -466,7 +620,16 @@ for n in "${selected[@]}"; do
         server=$(server_path "${SERVER[$n]}")
     fi
     echo "--- $n ($file; tests: ${TESTS[$n]}; server: $server)" >"$log"
-    if ! nice -n 5 cargo test --features testing --no-run "${args[@]}" >>"$log" 2>&1; then
+    if [[ ${TESTS[$n]} == loom ]]; then
+        # The library's unit tests under --cfg loom (no server).
+        if ! nice -n 5 cargo rustc --lib --profile test -- --cfg loom -D warnings >>"$log" 2>&1; then
+            OUTCOME[$n]=unviable
+        elif nice -n 5 timeout "$TEST_TIMEOUT" bash .ci/loom.sh >>"$log" 2>&1; then
+            OUTCOME[$n]=SURVIVED
+        else
+            OUTCOME[$n]=caught
+        fi
+    elif ! nice -n 5 cargo test --features testing --no-run "${args[@]}" >>"$log" 2>&1; then
         OUTCOME[$n]=unviable
     elif [[ ! -x $server ]] && ! command -v "$server" >/dev/null; then
         OUTCOME[$n]=STALE
@@ -476,6 +639,8 @@ for n in "${selected[@]}"; do
         OUTCOME[$n]=SURVIVED
     else
         OUTCOME[$n]=caught
+    fi
+    if [[ ${OUTCOME[$n]} == caught ]]; then
         failed=$(grep -E '^test .* FAILED$|^    [a-z_0-9]+$' "$log" | sed -E 's/^test (.*) \.\.\. FAILED$/\1/; s/^ +//' | sort -u | tr '\n' ' ')
     fi
     restore

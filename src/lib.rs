@@ -165,6 +165,7 @@ mod protocol;
 mod rwlock;
 mod semaphore;
 pub mod sql;
+mod sync;
 mod telemetry;
 #[cfg(feature = "tls-rustls")]
 mod tls_error;

@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
-use parking_lot::{Condvar, Mutex, MutexGuard};
 use redis::Value;
 
 use crate::lock::acquire::Grant;
@@ -15,6 +14,7 @@ use crate::lock::shared::Shared;
 use crate::protocol::keys::{Kind, Target};
 use crate::protocol::native;
 use crate::protocol::scripts;
+use crate::sync::{Condvar, Mutex, MutexGuard};
 use crate::telemetry;
 use crate::transport::instance::Sink;
 use crate::transport::notify::UNTAGGED;
@@ -516,5 +516,60 @@ impl PendingExtend<'_> {
             tally.yes.len(),
             tally.failed,
         ))
+    }
+}
+
+/// Schedule exploration of the lease state (`--cfg loom`, src/sync.rs):
+/// the watchdog thread marks a lease lost while its guard's thread
+/// subscribes to the loss or waits for it.
+#[cfg(all(test, loom))]
+mod loom_checks {
+    use super::*;
+    use crate::sync::{explore, thread};
+
+    /// A lease valid for an hour (loom does not model time: only a loss
+    /// marked by another thread ends it).
+    fn lease() -> Arc<Lease> {
+        let grant = Grant {
+            value: "v".to_string(),
+            tokens: vec![FencingToken::new(1)],
+            valid_until: Moment::now() + Duration::from_secs(3600),
+            keys_ttl: Duration::from_secs(3600),
+        };
+        let target = Target::one("redfence", "r").expect("a valid resource name");
+        Arc::new(Lease::new(target, grant, &LockOptions::new()))
+    }
+
+    /// The watchdog thread marking `lease` lost after failed extensions.
+    fn lose(lease: &Arc<Lease>) -> thread::JoinHandle<bool> {
+        let lease = Arc::clone(lease);
+        thread::spawn(move || lease.mark_lost_if(LossReason::ExtensionFailed, |_| true))
+    }
+
+    /// A listener subscribing while the lease is lost hears the loss once,
+    /// whichever comes first.
+    #[test]
+    fn loom_checks_a_listener_subscribing_as_the_lease_is_lost_hears_it_once() {
+        explore(|| {
+            let lease = lease();
+            let watchdog = lose(&lease);
+            let heard = lease.subscribe();
+            assert!(watchdog.join().expect("watchdog"), "marked lost");
+            assert_eq!(heard.try_recv().ok(), Some(LossReason::ExtensionFailed));
+            assert!(heard.try_recv().is_err(), "the loss was heard twice");
+        });
+    }
+
+    /// A caller waiting for the loss is woken by it (a lost notification
+    /// would be a deadlock here).
+    #[test]
+    fn loom_checks_a_wait_for_the_loss_is_woken_by_it() {
+        explore(|| {
+            let lease = lease();
+            let watchdog = lose(&lease);
+            let reason = lease.wait_lost(Duration::from_secs(3600));
+            assert_eq!(reason, Some(LossReason::ExtensionFailed));
+            assert!(watchdog.join().expect("watchdog"));
+        });
     }
 }

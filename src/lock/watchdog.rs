@@ -14,14 +14,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
-use std::thread::JoinHandle;
 use std::time::Duration;
-
-use parking_lot::{Condvar, Mutex};
 
 use crate::lock::lease::{try_begin_extend, Lease, Renewal};
 use crate::lock::moment::Moment;
 use crate::lock::shared::Shared;
+use crate::sync::thread::{self, JoinHandle};
+use crate::sync::{Condvar, Mutex};
 use crate::LossReason;
 
 /// Longest sleep when nothing is due; the stop signal wakes it earlier.
@@ -36,13 +35,12 @@ impl Watchdog {
     pub(crate) fn start(shared: Arc<Shared>) -> std::io::Result<Self> {
         let core = Arc::new(Core {
             shared,
-            timers: Mutex::new(Timers::default()),
-            changed: Condvar::new(),
+            timers: TimerMap::new(),
         });
         let runner = Runner {
             core: Arc::clone(&core),
         };
-        let handle = std::thread::Builder::new()
+        let handle = thread::Builder::new()
             .name("redfence-watchdog".to_string())
             .spawn(move || runner.run())?;
         Ok(Watchdog {
@@ -59,26 +57,87 @@ impl Watchdog {
 
 impl Drop for Watchdog {
     fn drop(&mut self) {
-        self.core.timers.lock().stopping = true;
-        self.core.changed.notify_all();
+        self.core.timers.stop();
         if let Some(handle) = self.handle.take() {
             let _ = handle.join();
         }
     }
 }
 
-/// The leases by when they next need attention (a sequence number keeps
+/// The leases by when they next need attention, and the watchdog thread's
+/// sleep until the first is due: filed by any thread, taken by the
+/// watchdog's. Generic over what it files so that the loom checks below
+/// run it without a client.
+struct TimerMap<T> {
+    timers: Mutex<Timers<T>>,
+    /// Signalled when an entry is due before everything else, or on stop.
+    changed: Condvar,
+}
+
+impl<T> TimerMap<T> {
+    fn new() -> Self {
+        TimerMap {
+            timers: Mutex::new(Timers {
+                due: BTreeMap::new(),
+                seq: 0,
+                stopping: false,
+            }),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Files `entry` for `at`; wakes the watchdog thread only if it is
+    /// due before everything the thread already sleeps for.
+    fn file(&self, at: Moment, entry: Weak<T>) {
+        let mut timers = self.timers.lock();
+        let first = timers.next_due().is_none_or(|next| at < next);
+        timers.seq += 1;
+        let seq = timers.seq;
+        timers.due.insert((at, seq), entry);
+        drop(timers);
+        if first {
+            self.changed.notify_one();
+        }
+    }
+
+    /// Ends [`run`](Self::run), whether it sleeps or ticks.
+    fn stop(&self) {
+        self.timers.lock().stopping = true;
+        self.changed.notify_all();
+    }
+
+    /// Until stopped: hands the entries due (those still alive) to `tick`,
+    /// without the lock, and sleeps until the next is due or one is filed
+    /// before it.
+    fn run(&self, mut tick: impl FnMut(Vec<Arc<T>>)) {
+        let mut timers = self.timers.lock();
+        while !timers.stopping {
+            let now = Moment::now();
+            let due = timers.take_due(now);
+            if due.is_empty() {
+                let until = timers.next_due().unwrap_or(now + IDLE);
+                self.changed
+                    .wait_for(&mut timers, until.saturating_duration_since(now));
+                continue;
+            }
+            drop(timers);
+            tick(due);
+            timers = self.timers.lock();
+        }
+    }
+}
+
+/// The entries by when they next need attention (a sequence number keeps
 /// equal times apart).
-#[derive(Default)]
-struct Timers {
-    due: BTreeMap<(Moment, u64), Weak<Lease>>,
+struct Timers<T> {
+    due: BTreeMap<(Moment, u64), Weak<T>>,
     seq: u64,
     stopping: bool,
 }
 
-impl Timers {
-    /// Takes out every lease due by `now` that is still alive.
-    fn take_due(&mut self, now: Moment) -> Vec<Arc<Lease>> {
+impl<T> Timers<T> {
+    /// Takes out every entry due by `now` that is still alive.
+    fn take_due(&mut self, now: Moment) -> Vec<Arc<T>> {
         let later = self.due.split_off(&(now, u64::MAX));
         let due = std::mem::replace(&mut self.due, later);
         due.into_values().filter_map(|w| w.upgrade()).collect()
@@ -92,24 +151,10 @@ impl Timers {
 /// What the client's threads and the watchdog thread share.
 struct Core {
     shared: Arc<Shared>,
-    timers: Mutex<Timers>,
-    /// Signalled when a lease is due before everything else, or on stop.
-    changed: Condvar,
+    timers: TimerMap<Lease>,
 }
 
 impl Core {
-    fn schedule(&self, at: Moment, lease: Weak<Lease>) {
-        let mut timers = self.timers.lock();
-        let first = timers.next_due().is_none_or(|next| at < next);
-        timers.seq += 1;
-        let seq = timers.seq;
-        timers.due.insert((at, seq), lease);
-        drop(timers);
-        if first {
-            self.changed.notify_one();
-        }
-    }
-
     /// Decides when a lease next needs attention: its renewal time if the
     /// watchdog extends it, else the end of its validity (to signal loss).
     fn schedule_next(&self, lease: &Arc<Lease>) {
@@ -123,7 +168,7 @@ impl Core {
         } else {
             r.valid_until
         };
-        self.schedule(at, Arc::downgrade(lease));
+        self.timers.file(at, Arc::downgrade(lease));
     }
 
     /// When to send a lease's next extension round.
@@ -207,19 +252,89 @@ struct Runner {
 impl Runner {
     fn run(self) {
         let core = &self.core;
-        let mut timers = core.timers.lock();
-        while !timers.stopping {
-            let now = Moment::now();
-            let due = timers.take_due(now);
-            if due.is_empty() {
-                let until = timers.next_due().unwrap_or(now + IDLE);
-                core.changed
-                    .wait_for(&mut timers, until.saturating_duration_since(now));
-                continue;
+        core.timers.run(|due| core.tick(due));
+    }
+}
+
+/// Schedule exploration of the timer map (`--cfg loom`, src/sync.rs):
+/// client threads file entries while the watchdog thread takes and
+/// sleeps. What the watchdog does with a due lease (extend it, or mark it
+/// lost) is the lease tests' (`tests/lease.rs`), on real servers.
+#[cfg(all(test, loom))]
+mod loom_checks {
+    use super::*;
+    use crate::sync::explore;
+
+    /// What the watchdog thread ticked, and a signal for each tick.
+    #[derive(Default)]
+    struct Ticked {
+        entries: Mutex<Vec<u32>>,
+        grew: Condvar,
+    }
+
+    /// The watchdog thread over `map`, recording each entry it ticks.
+    fn start(map: &Arc<TimerMap<u32>>, ticked: &Arc<Ticked>) -> JoinHandle<()> {
+        let (map, ticked) = (Arc::clone(map), Arc::clone(ticked));
+        thread::Builder::new()
+            .name("redfence-watchdog".to_string())
+            .spawn(move || {
+                map.run(|due| {
+                    ticked.entries.lock().extend(due.iter().map(|e| **e));
+                    ticked.grew.notify_all();
+                })
+            })
+            .expect("a loom thread")
+    }
+
+    /// Two client threads each file an entry due at once, while the
+    /// watchdog thread sleeps, takes or ticks: both are ticked (loom
+    /// reports a deadlock if the thread sleeps on with one filed).
+    #[test]
+    fn loom_checks_every_entry_filed_due_is_ticked_whoever_files_it() {
+        explore(|| {
+            let map = Arc::new(TimerMap::new());
+            let ticked = Arc::new(Ticked::default());
+            let watchdog = start(&map, &ticked);
+            let entries: Vec<Arc<u32>> = vec![Arc::new(1), Arc::new(2)];
+            let clients: Vec<_> = entries
+                .iter()
+                .map(|entry| {
+                    let (map, entry) = (Arc::clone(&map), Arc::downgrade(entry));
+                    thread::spawn(move || map.file(Moment::now(), entry))
+                })
+                .collect();
+            for client in clients {
+                client.join().expect("client");
             }
-            drop(timers);
-            core.tick(due);
-            timers = core.timers.lock();
-        }
+            let mut seen = ticked.entries.lock();
+            while seen.len() < entries.len() {
+                ticked.grew.wait_for(&mut seen, IDLE);
+            }
+            seen.sort_unstable();
+            assert_eq!(*seen, [1, 2], "each entry ticked once");
+            drop(seen);
+            map.stop();
+            watchdog.join().expect("watchdog");
+        });
+    }
+
+    /// Stopping ends the watchdog thread whether it sleeps, takes or
+    /// ticks when the stop comes, while a client files an entry.
+    #[test]
+    fn loom_checks_stop_ends_the_thread_whatever_it_is_doing() {
+        explore(|| {
+            let map = Arc::new(TimerMap::new());
+            let ticked = Arc::new(Ticked::default());
+            let watchdog = start(&map, &ticked);
+            let entry = Arc::new(7);
+            let client = {
+                let (map, entry) = (Arc::clone(&map), Arc::downgrade(&entry));
+                thread::spawn(move || map.file(Moment::now(), entry))
+            };
+            map.stop();
+            watchdog.join().expect("watchdog");
+            client.join().expect("client");
+            assert!(ticked.entries.lock().len() <= 1);
+        });
     }
 }

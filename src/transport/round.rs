@@ -10,13 +10,13 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use parking_lot::{Condvar, Mutex};
 use redis::Value;
 
 use crate::error::{InstanceError, InstanceErrorKind};
 use crate::protocol::clock::{self, InstanceClock};
 use crate::protocol::majority::Quorum;
 use crate::protocol::native::Support;
+use crate::sync::{Condvar, Mutex};
 use crate::transport::instance::{Collect, Replies, Request, Sink};
 use crate::transport::outgoing::Outgoing;
 use crate::transport::voter::Voter;
@@ -401,6 +401,99 @@ pub(crate) fn all_yes(values: &[Value]) -> Vote<(), ()> {
         Vote::Yes(())
     } else {
         Vote::No(())
+    }
+}
+
+/// Schedule exploration of the count (`--cfg loom`, src/sync.rs): the
+/// workers deliver on their own threads while the caller waits.
+#[cfg(all(test, loom))]
+mod loom_checks {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::sync::{explore, thread};
+
+    /// A round over three instances, counting 1/0 answers.
+    fn round_of_three() -> Arc<Round<(), ()>> {
+        let names: Arc<[String]> = ["a", "b", "c"].map(String::from).into();
+        Arc::new(Round::new(names, Quorum::of(3), yes_no))
+    }
+
+    /// Each instance in `answers` answers from a worker thread of its own.
+    fn deliver_concurrently(
+        round: &Arc<Round<(), ()>>,
+        answers: &[(usize, i64)],
+    ) -> Vec<thread::JoinHandle<()>> {
+        answers
+            .iter()
+            .map(|&(index, answer)| {
+                let round = Arc::clone(round);
+                thread::spawn(move || round.deliver(index, Ok(vec![Value::Int(answer)])))
+            })
+            .collect()
+    }
+
+    /// Loom never times a wait out: a caller not woken is a deadlock.
+    fn far_deadline() -> Instant {
+        Instant::now() + Duration::from_secs(3600)
+    }
+
+    /// Two of three instances grant and the third never answers: the
+    /// caller is woken by the decision, whenever it starts waiting.
+    #[test]
+    fn loom_checks_the_caller_is_woken_when_a_quorum_grants_though_one_instance_never_answers() {
+        explore(|| {
+            let round = round_of_three();
+            let workers = deliver_concurrently(&round, &[(0, 1), (2, 1)]);
+            let tally = round.wait(far_deadline());
+            assert_eq!(tally.yes.len(), 2, "woken before the decision");
+            assert!(tally.failed.is_empty(), "nobody timed out");
+            for worker in workers {
+                worker.join().expect("worker");
+            }
+        });
+    }
+
+    /// One grants and two refuse: the caller is woken once no quorum can
+    /// grant; a third answer after it took the tally is dropped.
+    #[test]
+    fn loom_checks_the_caller_is_woken_when_no_quorum_can_grant_and_late_answers_are_dropped() {
+        explore(|| {
+            let round = round_of_three();
+            let workers = deliver_concurrently(&round, &[(0, 0), (1, 1), (2, 0)]);
+            let tally = round.wait(far_deadline());
+            assert!(tally.failed.is_empty(), "nobody timed out");
+            assert!(tally.no.len() <= 2 && tally.yes.len() <= 1);
+            assert!(
+                round.quorum.decided(tally.yes.len(), tally.no.len()),
+                "woken before the decision: {} yes, {} no",
+                tally.yes.len(),
+                tally.no.len()
+            );
+            for worker in workers {
+                worker.join().expect("worker");
+            }
+            let st = round.state.lock();
+            assert!(
+                st.tally.yes.is_empty() && st.tally.no.is_empty(),
+                "an answer after the tally was taken was kept"
+            );
+        });
+    }
+
+    /// A read that needs every answer waits for the last one, though the
+    /// decision came earlier.
+    #[test]
+    fn loom_checks_a_wait_for_every_answer_is_woken_by_the_last() {
+        explore(|| {
+            let round = round_of_three();
+            let workers = deliver_concurrently(&round, &[(0, 1), (1, 1), (2, 0)]);
+            let tally = round.wait_all(far_deadline());
+            assert_eq!((tally.yes.len(), tally.no.len()), (2, 1));
+            for worker in workers {
+                worker.join().expect("worker");
+            }
+        });
     }
 }
 

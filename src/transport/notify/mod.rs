@@ -22,18 +22,21 @@
 //! connection to each shard master that owns a wanted channel
 //! (`sharded.rs`).
 
+#[cfg(all(test, loom))]
+mod loom_checks;
 mod sharded;
 
 pub(crate) use sharded::Shards;
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
-use parking_lot::Mutex;
+
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex};
 
 /// How often a subscriber with active subscriptions looks for new waiters
 /// while no message arrives.

@@ -136,68 +136,62 @@ impl ShardedSubscriber {
         links: &mut HashMap<String, Link>,
         wanted: &HashSet<String>,
     ) -> Result<(), Stop> {
-        let mut clients: HashMap<String, redis::Client> = HashMap::new();
-        let mut place: HashMap<String, Vec<&String>> = HashMap::new();
+        let placement = self.placement(wanted)?;
+        unsubscribe_elsewhere(links, &placement.channels)?;
+        let mut pending = 0;
+        for (addr, channels) in &placement.channels {
+            let link = self.link_to(links, addr, placement.clients.get(addr))?;
+            pending += subscribe_missing(link, channels)?;
+        }
+        self.confirm(links, pending)
+    }
+
+    /// Which shard master owns each wanted channel now, per the slot map
+    /// (marked stale, and a failure, if a slot has no owner).
+    fn placement<'w>(&self, wanted: &'w HashSet<String>) -> Result<Placement<'w>, Stop> {
+        let mut placement = Placement {
+            channels: HashMap::new(),
+            clients: HashMap::new(),
+        };
         for channel in wanted {
             let Some((addr, client)) = self.shards.owner(key_slot(channel.as_bytes())) else {
                 self.shards.stale();
                 return Err(Stop::Failed);
             };
-            place.entry(addr.clone()).or_default().push(channel);
-            clients.entry(addr).or_insert(client);
-        }
-        for (addr, link) in links.iter_mut() {
-            let keep: HashSet<&String> = place.get(addr).into_iter().flatten().copied().collect();
-            let gone: Vec<String> = link
+            placement
                 .channels
-                .iter()
-                .filter(|c| !keep.contains(c))
-                .cloned()
-                .collect();
-            for channel in gone {
-                let cmd = redis::cmd("SUNSUBSCRIBE")
-                    .arg(&channel)
-                    .get_packed_command();
-                if link.conn.send_packed_command(&cmd).is_err() {
-                    return Err(Stop::Failed);
-                }
-                link.channels.remove(&channel);
-            }
+                .entry(addr.clone())
+                .or_default()
+                .push(channel);
+            placement.clients.entry(addr).or_insert(client);
         }
-        links.retain(|addr, link| place.contains_key(addr) || !link.channels.is_empty());
-        let mut pending = 0;
-        for (addr, channels) in &place {
-            if !links.contains_key(addr) {
-                let Some(client) = clients.get(addr) else {
-                    return Err(Stop::Failed);
-                };
-                let conn = crate::transport::connection::connect(client, self.connect_timeout)
-                    .map_err(|_| Stop::Failed)?;
-                conn.set_write_timeout(Some(self.timeout))
-                    .map_err(|_| Stop::Failed)?;
-                links.insert(
-                    addr.clone(),
-                    Link {
-                        conn,
-                        channels: HashSet::new(),
-                    },
-                );
-            }
-            let Some(link) = links.get_mut(addr) else {
+        Ok(placement)
+    }
+
+    /// The link to the shard at `addr`, connected first if there is none.
+    fn link_to<'l>(
+        &self,
+        links: &'l mut HashMap<String, Link>,
+        addr: &str,
+        client: Option<&redis::Client>,
+    ) -> Result<&'l mut Link, Stop> {
+        if !links.contains_key(addr) {
+            let Some(client) = client else {
                 return Err(Stop::Failed);
             };
-            for channel in channels {
-                if link.channels.contains(*channel) {
-                    continue;
-                }
-                let cmd = redis::cmd("SSUBSCRIBE").arg(*channel).get_packed_command();
-                if link.conn.send_packed_command(&cmd).is_err() {
-                    return Err(Stop::Failed);
-                }
-                pending += 1;
-            }
+            let conn = crate::transport::connection::connect(client, self.connect_timeout)
+                .map_err(|_| Stop::Failed)?;
+            conn.set_write_timeout(Some(self.timeout))
+                .map_err(|_| Stop::Failed)?;
+            links.insert(
+                addr.to_string(),
+                Link {
+                    conn,
+                    channels: HashSet::new(),
+                },
+            );
         }
-        self.confirm(links, pending)
+        links.get_mut(addr).ok_or(Stop::Failed)
     }
 
     /// Reads the links until `pending` subscriptions are confirmed (waking
@@ -234,6 +228,59 @@ impl ShardedSubscriber {
         }
         Ok(())
     }
+}
+
+/// The wanted channels grouped by the shard master that owns each (its
+/// `host:port`), and a client for each such master.
+struct Placement<'w> {
+    channels: HashMap<String, Vec<&'w String>>,
+    clients: HashMap<String, redis::Client>,
+}
+
+/// Unsubscribes, on every link, the channels no longer placed on its
+/// shard (nobody waits for them, or their slot moved), and drops the links
+/// left with nothing to do.
+fn unsubscribe_elsewhere(
+    links: &mut HashMap<String, Link>,
+    place: &HashMap<String, Vec<&String>>,
+) -> Result<(), Stop> {
+    for (addr, link) in links.iter_mut() {
+        let keep: HashSet<&String> = place.get(addr).into_iter().flatten().copied().collect();
+        let gone: Vec<String> = link
+            .channels
+            .iter()
+            .filter(|c| !keep.contains(c))
+            .cloned()
+            .collect();
+        for channel in gone {
+            let cmd = redis::cmd("SUNSUBSCRIBE")
+                .arg(&channel)
+                .get_packed_command();
+            if link.conn.send_packed_command(&cmd).is_err() {
+                return Err(Stop::Failed);
+            }
+            link.channels.remove(&channel);
+        }
+    }
+    links.retain(|addr, link| place.contains_key(addr) || !link.channels.is_empty());
+    Ok(())
+}
+
+/// Sends `SSUBSCRIBE` on `link` for each of `channels` not subscribed
+/// there yet; the number sent, each to be confirmed.
+fn subscribe_missing(link: &mut Link, channels: &[&String]) -> Result<usize, Stop> {
+    let mut sent = 0;
+    for channel in channels {
+        if link.channels.contains(*channel) {
+            continue;
+        }
+        let cmd = redis::cmd("SSUBSCRIBE").arg(*channel).get_packed_command();
+        if link.conn.send_packed_command(&cmd).is_err() {
+            return Err(Stop::Failed);
+        }
+        sent += 1;
+    }
+    Ok(sent)
 }
 
 /// Reads a subscriber connection's message, in RESP2 or RESP3 form.
