@@ -28,8 +28,9 @@ use crate::guard::LockGuard;
 use crate::lock::acquire::{self, Failure, Grant, Lifetime, QueueNote};
 use crate::lock::call::Step;
 use crate::lock::shared::Shared;
-use crate::protocol::keys::{FairQueue, Kind, Target};
+use crate::protocol::keys::{FairQueue, Kind, Target, FAIR_TAG};
 use crate::protocol::scripts;
+use crate::transport::notify::Tag;
 use crate::transport::outgoing::Outgoing;
 use crate::transport::round::all_yes;
 use crate::{Error, LockOptions};
@@ -45,6 +46,11 @@ pub const MIN_FAIR_HEARTBEAT: Duration = Duration::from_millis(500);
 /// How far apart the instances' announcements of one release arrive, at
 /// most, for a waiter to count them as one.
 const RELEASE_COPIES: Duration = Duration::from_millis(20);
+
+/// Fair releases a waiter remembers to know a copy from a new release: the
+/// copies of one release arrive within a round, a few releases apart at
+/// most.
+const COUNTED_RELEASES: usize = 16;
 
 /// The longest heartbeat TTL a fair lock accepts.
 pub const MAX_FAIR_HEARTBEAT: Duration = Duration::from_secs(60);
@@ -247,6 +253,8 @@ impl FairLock {
             ahead: None,
             last_beat: Instant::now(),
             last_release: None,
+            counted: std::collections::VecDeque::new(),
+            tagged_wake: false,
             queued: Arc::new(AtomicBool::new(false)),
             patient: true,
             join_started: None,
@@ -280,8 +288,13 @@ struct FairStep {
     ahead: Option<u64>,
     /// When its last attempt (its heartbeat) was sent.
     last_beat: Instant,
-    /// When it last counted a release (see [`Step::released`]).
+    /// When it last counted an untagged release (see [`Step::released`]).
     last_release: Option<Instant>,
+    /// The fair releases (`fair:TOKEN`) counted lately, newest last: each
+    /// instance announces a release, and the copies count once.
+    counted: std::collections::VecDeque<Tag>,
+    /// The last wake-up brought fair releases (counted by tag, not time).
+    tagged_wake: bool,
     /// It joined the queues (so it must leave them).
     queued: Arc<AtomicBool>,
     /// The call may wait (a `try_lock` takes the lock or nothing, and
@@ -465,17 +478,41 @@ impl Step for FairStep {
         true
     }
 
-    fn passes_on_wake_ups(&self) -> bool {
-        self.ahead != Some(0)
+    /// Every fair waiter of the client observes every release itself:
+    /// none takes a turn from another (each counts the line moving up).
+    fn observes_releases(&self) -> bool {
+        true
+    }
+
+    /// A fair lock's release announces `fair:TOKEN` on every instance:
+    /// each new token is one release, whatever the copies and however
+    /// close two releases come (see [`released`](Self::released)).
+    fn woken_by(&mut self, tags: &[Tag]) {
+        self.tagged_wake = false;
+        for tag in tags.iter().filter(|t| t.starts_with(FAIR_TAG)) {
+            self.tagged_wake = true;
+            if self.counted.contains(tag) {
+                continue;
+            }
+            if self.counted.len() == COUNTED_RELEASES {
+                self.counted.pop_front();
+            }
+            self.counted.push_back(Arc::clone(tag));
+            self.ahead = self.ahead.map(|ahead| ahead.saturating_sub(1));
+        }
     }
 
     /// A release moves the line up by one: the waiter one behind the head
     /// it was told of is now the head, without waiting for its heartbeat
-    /// to say so. Each instance announces a release: copies within
-    /// `RELEASE_COPIES` count once. A count too high costs one refused
-    /// attempt (whose reply sets the place right), too low a heartbeat's
-    /// delay.
+    /// to say so. A fair release was counted by its tag already; an
+    /// untagged one (a plain lock call's, or an operator's unlock, on the
+    /// same name) counts once for copies within `RELEASE_COPIES`. A count
+    /// too high costs one refused attempt (whose reply sets the place
+    /// right), too low a heartbeat's delay.
     fn released(&mut self) {
+        if self.tagged_wake {
+            return;
+        }
         let now = Instant::now();
         if self.last_release.is_none_or(|at| now - at > RELEASE_COPIES) {
             self.ahead = self.ahead.map(|ahead| ahead.saturating_sub(1));

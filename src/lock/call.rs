@@ -49,9 +49,10 @@ pub(crate) trait Step {
     fn queues_on_instances(&self) -> bool {
         false
     }
-    /// After a refusal: a release it was woken for goes to this client's
-    /// next call in line (a fair lock's waiter that is not the head).
-    fn passes_on_wake_ups(&self) -> bool {
+    /// Its waits observe every release on its channels (a fair lock's
+    /// waiters each count the line moving up), rather than take turns
+    /// with this client's other calls.
+    fn observes_releases(&self) -> bool {
         false
     }
     /// Before an attempt: the last wait ended with a release announced.
@@ -116,6 +117,7 @@ fn attempts<S: Step>(
     let channels = step.channels();
     let channels = channels.iter().map(String::as_str).collect();
     let mut waiting = Waiting::new(shared, caller.notifier, channels, deadline, cancel);
+    waiting.observe_releases(step.observes_releases());
     let life = Lifetime::of(options.get_ttl(), options.get_hold_at_least(), |d| {
         shared.cfg.drift(d)
     });
@@ -155,7 +157,6 @@ fn attempts<S: Step>(
             return Err(cancelled(step.name()));
         }
         let error = failure.error.with_attempts(*attempts);
-        waiting.pass_on_wake_ups(step.passes_on_wake_ups());
         waiting.before_retry(error, failure.granted, attempt_start)?;
     }
 }

@@ -356,11 +356,18 @@ pub(crate) fn undo(shared: &Shared, lease: &Lease) {
 
 /// What a release of `lease` announces: a permit's `slot:token`, which no
 /// other release of its semaphore announces, so that releases of several
-/// slots wake as many waiters (`transport/notify`); a lock's `1`, since
-/// one release frees one lock.
+/// slots wake as many waiters (`transport/notify`); a fair lock's
+/// `fair:token`, so that each waiter counts each release once however
+/// many instances announce it (`fair.rs`); a lock's `1`, since one release
+/// frees one lock.
 fn announcement(lease: &Lease) -> Vec<u8> {
     match (&lease.target.kind, lease.tokens.first()) {
         (Kind::Permit { slot, .. }, Some(token)) => format!("{slot}:{token}").into_bytes(),
+        (Kind::Fair(_), Some(token)) => {
+            let mut tag = crate::protocol::keys::FAIR_TAG.to_vec();
+            tag.extend_from_slice(token.to_string().as_bytes());
+            tag
+        }
         _ => UNTAGGED.to_vec(),
     }
 }

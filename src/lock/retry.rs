@@ -32,9 +32,9 @@ pub(crate) struct Waiting<'a> {
     slowest_attempt: Option<Duration>,
     /// Ends every wait at once when cancelled.
     cancel: Option<Cancel>,
-    /// A refused call hands the release it was woken for to the next
-    /// call in line (see [`pass_on_wake_ups`](Self::pass_on_wake_ups)).
-    pass_on: bool,
+    /// Its waits observe every release (see
+    /// [`observe_releases`](Self::observe_releases)).
+    observe: bool,
 }
 
 impl<'a> Waiting<'a> {
@@ -55,7 +55,7 @@ impl<'a> Waiting<'a> {
             deadline,
             slowest_attempt: None,
             cancel,
-            pass_on: false,
+            observe: false,
         }
     }
 
@@ -113,11 +113,12 @@ impl<'a> Waiting<'a> {
         &self.tags
     }
 
-    /// Whether the next refusal passes its wake-up on: a fair lock's
-    /// waiter that is not the head did not use the release, which the
-    /// head, maybe another call of this client, must see.
-    pub(crate) fn pass_on_wake_ups(&mut self, pass_on: bool) {
-        self.pass_on = pass_on;
+    /// Whether this call's waits observe every release on its channels,
+    /// tags included, instead of taking turns with the client's other
+    /// calls: a fair lock's waiters each count every release, since each
+    /// moves the whole line up (`fair.rs`).
+    pub(crate) fn observe_releases(&mut self, observe: bool) {
+        self.observe = observe;
     }
 
     /// After a grant: late copies of the release that woke us (one per
@@ -154,7 +155,11 @@ impl<'a> Waiting<'a> {
             None if contended => {
                 // Subscribe, then try again at once: a release that came
                 // before the subscription would otherwise go unseen.
-                let subscribed = self.notifier.watch(&self.channels);
+                let subscribed = if self.observe {
+                    self.notifier.observe(&self.channels)
+                } else {
+                    self.notifier.watch(&self.channels)
+                };
                 let until = (now + self.shared.cfg.instance_timeout).min(latest_start);
                 subscribed.wait_subscribed(
                     self.shared.instances.quorum().size(),
@@ -165,7 +170,7 @@ impl<'a> Waiting<'a> {
                 self.woken = false;
             }
             Some(watch) if contended && granted == 0 => {
-                if self.woken && (self.channels.len() > 1 || self.pass_on) {
+                if self.woken && self.channels.len() > 1 {
                     // Woken for one member, refused for another: the
                     // released one may be free for the next in line.
                     watch.pass_on();

@@ -208,6 +208,11 @@ pub(crate) enum Kind {
     Fair(FairQueue),
 }
 
+/// What a fair lock's release announces before its token
+/// (`lock/lease.rs`): `fair:TOKEN`, one tag per release, which its
+/// waiters count (`fair.rs`).
+pub(crate) const FAIR_TAG: &[u8] = b"fair:";
+
 /// A fair lock's queue keys and one waiter's place in them
 /// (`lua/fair_gate.lua`): `P fair:{R}:queue` (call ids by ticket),
 /// `P fair:{R}:alive` (call ids by heartbeat expiry), `P fair:{R}:tickets`.

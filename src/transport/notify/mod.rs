@@ -280,7 +280,12 @@ impl Watch<'_> {
         self.busy.store(false, Ordering::Release);
         match receive_until(&self.wake, deadline, stop) {
             Some(wake) => {
-                self.held.lock().extend(wake);
+                let mut held = self.held.lock();
+                held.extend(wake);
+                // An observer that never attempts (an election's) keeps
+                // only the latest tags.
+                let extra = held.len().saturating_sub(TAGS_KEPT);
+                held.drain(..extra);
                 true
             }
             None => false,
@@ -327,6 +332,11 @@ impl Watch<'_> {
     /// may take it.
     pub(crate) fn granted(&self, unused: Vec<Tag>) {
         let _ = self.clear();
+        if self.observer {
+            // What an observer saw took nobody's turn: nothing to hand on.
+            self.held.lock().clear();
+            return;
+        }
         let mut tags = unused;
         tags.append(&mut self.held.lock());
         if tags.is_empty() {
@@ -394,6 +404,10 @@ impl Drop for Watch<'_> {
                     None => lock_release = true,
                 }
             }
+        }
+        if self.observer {
+            // The tags an observer saw took nobody's turn.
+            tags.clear();
         }
         for channel in &self.channels {
             if let Some(waiters) = channels.get_mut(channel) {
@@ -572,8 +586,11 @@ impl Registry {
                 None => self.hand_on(channel, waiters, u64::MAX, payload.into()),
             }
         }
+        // Observers see every copy, with its tag: a fair lock's waiters
+        // count each release by its tag, once whatever the copies.
+        let tag: Option<Tag> = (payload != UNTAGGED).then(|| payload.into());
         for observer in waiters.iter().filter(|w| w.observer) {
-            let _ = observer.wake.try_send(None);
+            let _ = observer.wake.try_send(tag.clone());
         }
     }
 
