@@ -151,6 +151,16 @@ impl<'a> Waiting<'a> {
             _ => return Err(error),
         };
         let contended = matches!(error, Error::Contended { .. });
+        // Refused by most answers for one holder: it holds the lock (an
+        // instance that granted us lacks its key, lost or never written),
+        // so the next chance is its release, not a split vote to retry.
+        let held = matches!(
+            error,
+            Error::Contended {
+                holder: Some(_),
+                ..
+            }
+        );
         match &self.watch {
             None if contended => {
                 // Subscribe, then try again at once: a release that came
@@ -169,7 +179,7 @@ impl<'a> Waiting<'a> {
                 self.watch = Some(subscribed);
                 self.woken = false;
             }
-            Some(watch) if contended && granted == 0 => {
+            Some(watch) if contended && (granted == 0 || held) => {
                 if self.woken && self.channels.len() > 1 {
                     // Woken for one member, refused for another: the
                     // released one may be free for the next in line.
