@@ -412,6 +412,23 @@ fn locking_a_free_resource_waits_for_nothing() {
     assert!(elapsed < Duration::from_millis(1500), "{elapsed:?}");
 }
 
+/// Two warmed, patient clients (a holder and a waiter): on a loaded
+/// machine a 50 ms instance timeout turns attempts into `Unavailable`,
+/// retried after a short random pause, which is not the pacing the
+/// tests below are about.
+fn patient_pair(cluster: &RedisServers) -> (redfence::Redlock, redfence::Redlock) {
+    let patient = || {
+        builder(cluster)
+            .instance_timeout(Duration::from_millis(1000))
+            .build()
+            .unwrap()
+    };
+    let (holder, waiter) = (patient(), patient());
+    warm(&holder);
+    warm(&waiter);
+    (holder, waiter)
+}
+
 /// docs/protocol.md, "Inside the client": a call waiting for a held lock
 /// tries again when the holder's release is announced, and otherwise
 /// re-checks every 250 ms at most (for a holder that dies without
@@ -420,18 +437,7 @@ fn locking_a_free_resource_waits_for_nothing() {
 #[test]
 fn a_waiting_call_does_not_hammer_the_instances() {
     let cluster = RedisServers::start(3);
-    // Patient clients: on a loaded machine a 50 ms instance timeout turns
-    // attempts into `Unavailable`, retried after a short random pause,
-    // which is not the pacing this test is about.
-    let patient = || {
-        builder(&cluster)
-            .instance_timeout(Duration::from_millis(1000))
-            .build()
-            .unwrap()
-    };
-    let (holder, waiter) = (patient(), patient());
-    warm(&holder);
-    warm(&waiter);
+    let (holder, waiter) = patient_pair(&cluster);
     let _held = holder.lock("busy").unwrap();
     let result = waiter.lock_with("busy", LockOptions::new().wait(Duration::from_secs(1)));
     match result {
@@ -450,15 +456,7 @@ fn a_waiting_call_does_not_hammer_the_instances() {
 #[test]
 fn a_waiting_call_does_not_hammer_a_lock_held_on_a_bare_quorum() {
     let cluster = RedisServers::start(3);
-    let patient = || {
-        builder(&cluster)
-            .instance_timeout(Duration::from_millis(1000))
-            .build()
-            .unwrap()
-    };
-    let (holder, waiter) = (patient(), patient());
-    warm(&holder);
-    warm(&waiter);
+    let (holder, waiter) = patient_pair(&cluster);
     let _held = holder.lock("bare").unwrap();
     let mut conn = redis::Client::open(cluster.server(2).url())
         .and_then(|c| c.get_connection())
