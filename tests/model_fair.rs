@@ -783,6 +783,7 @@ fn counterexample(label: &str, model: FairModel, property: &'static str) -> Vec<
 const BOUND: usize = 3_000_000;
 
 #[test]
+#[ignore = "long model search (10 s and more): `cargo test --test model_fair -- --ignored`, run by .ci/run"]
 fn two_callers_with_every_fault_keep_exclusion_order_and_progress() {
     let model = FairModel {
         copies: 1,
@@ -794,6 +795,7 @@ fn two_callers_with_every_fault_keep_exclusion_order_and_progress() {
 /// The same, depth first: whole calls (queued, skipped, granted) with
 /// faults among them, where the breadth-first search stops short.
 #[test]
+#[ignore = "long model search (10 s and more): `cargo test --test model_fair -- --ignored`, run by .ci/run"]
 fn two_callers_with_every_fault_deep() {
     let model = FairModel {
         copies: 1,
@@ -805,6 +807,7 @@ fn two_callers_with_every_fault_deep() {
 }
 
 #[test]
+#[ignore = "long model search (10 s and more): `cargo test --test model_fair -- --ignored`, run by .ci/run"]
 fn three_callers_keep_order() {
     let model = FairModel {
         faults: false,
