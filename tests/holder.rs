@@ -14,10 +14,21 @@ use common::{builder, eventually, hold_as, holders, lock_key, warm};
 use redfence::testing::{Fault, RedisServers};
 use redfence::{Error, LockOptions, Redlock};
 
+/// A named client. Its instance timeout is long enough that on a loaded
+/// machine every live instance answers (the tests count who answered),
+/// and short enough that a stopped one costs a second.
 fn named(cluster: &RedisServers, identity: &str) -> Redlock {
+    named_waiting(cluster, identity, Duration::from_millis(200))
+}
+
+/// A named client whose instance timeout is `timeout`: a second where a
+/// test counts who answered, so that on a loaded machine every live
+/// instance does (a request still queued when its timeout ran out is
+/// never sent).
+fn named_waiting(cluster: &RedisServers, identity: &str, timeout: Duration) -> Redlock {
     builder(cluster)
         .identity(identity)
-        .instance_timeout(Duration::from_millis(200))
+        .instance_timeout(timeout)
         .build()
         .expect("client builds")
 }
@@ -25,8 +36,8 @@ fn named(cluster: &RedisServers, identity: &str) -> Redlock {
 #[test]
 fn contended_and_holder_name_the_identity_never_the_secret() {
     let cluster = RedisServers::start(5);
-    let first = named(&cluster, "billing-worker-3");
-    let second = named(&cluster, "billing-worker-4");
+    let first = named_waiting(&cluster, "billing-worker-3", Duration::from_secs(1));
+    let second = named_waiting(&cluster, "billing-worker-4", Duration::from_secs(1));
     assert_eq!(first.identity(), "billing-worker-3");
     assert_eq!(second.holder("invoice:7").expect("reads"), None);
 
@@ -53,6 +64,11 @@ fn contended_and_holder_name_the_identity_never_the_secret() {
     assert!(shown.contains("billing-worker-3"), "{shown}");
     assert!(!shown.contains(secret), "the secret leaked: {shown}");
 
+    // The grant returned after a quorum; the other writes land soon after.
+    assert!(eventually(Duration::from_secs(5), || holders(
+        &cluster,
+        "invoice:7"
+    ) == 5));
     let holder = second.holder("invoice:7").expect("reads").expect("held");
     assert_eq!(holder.identity.as_deref(), Some("billing-worker-3"));
     assert_eq!(holder.instances, [0, 1, 2, 3, 4]);
@@ -365,7 +381,12 @@ fn force_release_revokes_the_holder_and_keeps_the_counter() {
 #[test]
 fn force_release_needs_a_quorum_and_leaves_foreign_keys_alone() {
     let net = Proxied::start(3);
-    let locks = net.builder().build().unwrap();
+    // Every request lands, even on a loaded machine (see `named_waiting`).
+    let locks = net
+        .builder()
+        .instance_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
     let _held = locks.lock("report").unwrap();
     // The grant has landed everywhere (a quorum's replies return it).
     assert!(eventually(Duration::from_secs(5), || holders(
