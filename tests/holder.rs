@@ -14,9 +14,7 @@ use common::{builder, eventually, hold_as, holders, lock_key, warm};
 use redfence::testing::{Fault, RedisServers};
 use redfence::{Error, LockOptions, Redlock};
 
-/// A named client. Its instance timeout is long enough that on a loaded
-/// machine every live instance answers (the tests count who answered),
-/// and short enough that a stopped one costs a second.
+/// A named client: a stopped instance costs it 200 ms.
 fn named(cluster: &RedisServers, identity: &str) -> Redlock {
     named_waiting(cluster, identity, Duration::from_millis(200))
 }

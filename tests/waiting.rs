@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::faults::Proxied;
-use common::{builder, client, eventually, hold_as, subscribers, warm};
+use common::{builder, client, eventually, hold_as, lock_key, subscribers, warm};
 use redfence::testing::{Fault, RedisServers};
 use redfence::{Cancel, Error, LockOptions};
 
@@ -458,19 +458,14 @@ fn a_waiting_call_does_not_hammer_a_lock_held_on_a_bare_quorum() {
     let cluster = RedisServers::start(3);
     let (holder, waiter) = patient_pair(&cluster);
     let _held = holder.lock("bare").unwrap();
-    let mut conn = redis::Client::open(cluster.server(2).url())
-        .and_then(|c| c.get_connection())
-        .unwrap();
     // The grant returns once a quorum granted: the third write may land
     // a moment later. Deleted once it did.
-    let mut delete = || -> i64 {
-        redis::cmd("DEL")
-            .arg("redfence:lock:{bare}")
-            .query(&mut conn)
-            .unwrap()
-    };
+    let key = lock_key("bare");
     assert!(
-        eventually(Duration::from_secs(3), || delete() == 1),
+        eventually(Duration::from_secs(3), || matches!(
+            cluster.server(2).cmd(&["DEL", &key]),
+            Ok(redis::Value::Int(1))
+        )),
         "the holder's key never reached instance 2"
     );
     let result = waiter.lock_with("bare", LockOptions::new().wait(Duration::from_secs(1)));
